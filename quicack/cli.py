@@ -1,0 +1,142 @@
+"""The command line: a thin click layer over the Python API; the only place that prints or exits.
+
+Exit status: 0 when every file was ingested (warnings allowed), 1 when any file was refused (the
+others are still stored), 2 for usage errors (click's convention).
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from . import ingest
+from .model import QuicackError, Summary
+from .store import Store
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
+                         type=click.Path(dir_okay=False),
+                         help="DuckDB store to write (created if missing).")
+
+
+def _fail(e: QuicackError) -> None:
+    click.echo(f"error: {e}", err=True)
+    sys.exit(1)
+
+
+@click.group()
+@click.version_option(package_name="quicack")
+def main() -> None:
+    """quicack: measure how QUIC endpoints acknowledge packets.
+
+    Ingest qlog traces into a DuckDB store (analyze), export it (export), or run the demo.
+    """
+
+
+def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool) -> Summary:
+    files = ingest.expand(paths)
+    total = sum(f.stat().st_size for f in files)
+    show = not quiet and err.is_terminal and (len(files) > 1 or total > 20_000_000)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), console=err, disable=not show, transient=True) as bar:
+        task = bar.add_task("analyzing", total=total)
+
+        def step(path: Path, size: int) -> None:
+            bar.update(task, advance=size, description=path.name[:40])
+        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step)
+
+
+def _print_summary(summary: Summary, db: str) -> None:
+    ingested, unchanged, refused = (summary.count(s) for s in ("ingested", "unchanged", "refused"))
+    for f in summary.files:
+        for w in f.warnings:
+            err.print(f"warning: {w}", markup=False)
+        if f.error:
+            err.print(f"error: {f.error}", markup=False)
+    out.print(f"files: {len(summary.files)} ({ingested} ingested, {unchanged} unchanged, "
+              f"{refused} refused) into {db}", markup=False)
+    out.print(f"connections: {summary.connections}  packets: {summary.packets}  "
+              f"events: {summary.events}", markup=False)
+    skipped = summary.skipped_events
+    if skipped:
+        listed = ", ".join(f"{name} {n}" for name, n in list(skipped.items())[:12])
+        more = f", … {len(skipped) - 12} more names" if len(skipped) > 12 else ""
+        out.print(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})", markup=False)
+    if refused:
+        out.print(f"failures: {refused}", markup=False)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@DB_OPTION
+@click.option("--reanalyze", is_flag=True,
+              help="Ingest files again even if this analysis version already holds them.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def analyze(paths, db, reanalyze, quiet):
+    """Ingest qlog traces (files or folders, searched recursively) into the store.
+
+    Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
+    or NDJSON, each optionally gzipped.  Each file is ingested in its own transaction; a file
+    already ingested (same SHA-256, same analysis version) is skipped.  Exits 1 if any file was
+    refused; the others are still stored.
+    """
+    try:
+        summary = _run_analyze(paths, db, reanalyze, quiet)
+    except QuicackError as e:
+        _fail(e)
+    _print_summary(summary, db)
+    sys.exit(1 if summary.count("refused") else 0)
+
+
+@main.command()
+@DB_OPTION
+@click.option("--parquet", "directory", required=True, type=click.Path(file_okay=False),
+              help="Folder to write one <table>.parquet per table into.")
+def export(db, directory):
+    """Write every table of the store as Parquet."""
+    if not Path(db).exists():
+        _fail(QuicackError("no such store", db))
+    try:
+        with Store(db, read_only=True) as store:
+            written = store.export_parquet(directory)
+    except QuicackError as e:
+        _fail(e)
+    out.print(f"wrote {len(written)} tables to {directory}", markup=False)
+
+
+@main.command()
+@DB_OPTION
+def demo(db):
+    """Analyze the traces shipped with quicack (an aioquic client and server qlog of one
+    handshake) and print the summary and the server's first Initial packet."""
+    folder = resources.files("quicack").joinpath("demo")
+    with resources.as_file(folder) as path:
+        try:
+            summary = _run_analyze([path], db, reanalyze=False, quiet=True)
+        except QuicackError as e:
+            _fail(e)
+        _print_summary(summary, db)
+    with Store(db, read_only=True) as store:
+        first = store.sql("""
+            SELECT c.vantage, p.direction, p.packet_type, p.packet_number, p.time_ms,
+                   string_agg(f.frame_type, '+' ORDER BY f.position) AS frames
+            FROM packets p JOIN connections c USING (connection_id)
+            JOIN frames f USING (connection_id, event_index)
+            WHERE p.sender = 'server' AND p.packet_type = 'initial'
+            GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4""")
+    out.print("server Initial packets as each side logged them:", markup=False)
+    for row in first.iter_rows(named=True):
+        out.print(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
+                  f"at {row['time_ms']:.3f} ms: {row['frames']}", markup=False)
+    sys.exit(1 if summary.count("refused") else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

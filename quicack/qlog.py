@@ -1,0 +1,250 @@
+"""qlog dialects: which generation a file is, how its events are laid out, and producer quirks.
+
+Theory of operation: a qlog file is a header plus events.  Everything that differs between
+generations and producers — where the time, name and data of an event sit, the time unit, what
+the reference time is, how ``ack_delay`` is scaled — is decided here, once per trace, from the
+header alone, and returned as a :class:`~quicack.model.TraceInfo`.  The events themselves are
+never touched in Python: ``quicack.normalize`` turns them into rows inside DuckDB using these
+per-trace constants (KNOWLEDGE §8: a per-event Python loop cannot keep up).
+
+Generations handled (``schemas/README.md`` lists the mapping of every event):
+
+=================  ===========================================================================
+draft-00/01/02     ``traces[].event_fields`` + array events, ``relative_time``/``delta_time``,
+                   ``configuration.time_units``, numbers often strings
+0.1                root ``fields``/``events``, ``starttime`` (s), upper-case categories/types
+0.2/0.3/0.4        object events ``{time, name: "transport:packet_sent", data}``, JSON or JSON-SEQ
+main-schema ≥10    ``file_schema`` URN, struct ``reference_time``, ``quic:`` event names
+=================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from .model import AckDelayEncoding, QuicackError, TraceInfo, Vantage
+
+# Producer names recognised in a trace header (vantage point name, title, description, code
+# version), most specific first.
+KNOWN_PRODUCERS = (
+    "aioquic", "quic-go", "quiche", "ngtcp2", "picoquic", "mvfst", "neqo", "quinn",
+    "lsquic", "msquic", "s2n-quic", "pcap2qlog",
+)
+
+#: Per-producer quirks: name → (what it does, how the reader compensates).  Each has a test in
+#: tests/test_qlog_quirks.py.
+QUIRKS: dict[str, dict[str, Any]] = {
+    # picoquic logs the encoded ACK Delay field (checked on picoquic's own reference trace: an
+    # ACK sent 1594 µs after its largest acknowledged packet arrived says ack_delay 199 = 1592/8).
+    "picoquic": {"ack_delay_encoding": AckDelayEncoding.RAW},
+    # pcap2qlog copies tshark's quic.ack.ack_delay, the raw field.
+    "pcap2qlog": {"ack_delay_encoding": AckDelayEncoding.RAW},
+    # neqo logs the encoded field as well.
+    "neqo": {"ack_delay_encoding": AckDelayEncoding.RAW},
+    # mvfst logs ack_delay in microseconds and names its metrics event recovery:metric_update.
+    "mvfst": {"ack_delay_encoding": AckDelayEncoding.US},
+    # quinn 0.11 logs RTTs in seconds in recovery:metrics_updated.
+    "quinn": {"metric_scale_ms": 1000.0},
+    # quic-go leaves ack_delay out when it is zero.
+    "quic-go": {"missing_ack_delay_is_zero": True},
+}
+
+_TIME_KEYS = {"relative_time": "relative", "time": "relative", "delta_time": "delta",
+              "absolute_time": "absolute"}
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def generation(header: dict) -> str:
+    """The qlog generation of a file header: 'draft-00', '0.3', 'main-schema', …"""
+    version = _text(header.get("qlog_version"))
+    if version is not None:
+        return version  # quic-go writes file_schema *and* qlog_version 0.3: its events are 0.3
+    if "file_schema" in header:
+        return "main-schema"
+    if "traces" in header or "trace" in header:
+        return "unknown"
+    raise QuicackError("not a qlog file: no qlog_version, file_schema or traces")
+
+
+def _epoch_ms_from_reference(value: Any) -> float | None:
+    """A reference_time in seconds, ms or µs since the epoch (producers differ), as epoch ms."""
+    number = _number(value)
+    if number is None or number <= 0:
+        return None
+    for scale in (1000.0, 1.0, 0.001):  # seconds, ms, µs
+        ms = number * scale
+        if 946_684_800_000 <= ms <= 4_102_444_800_000:  # 2000 … 2100
+            return ms
+    return None
+
+
+def _rfc3339_ms(text: Any) -> float | None:
+    if not isinstance(text, str) or text == "unknown":
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000.0
+    except ValueError:
+        return None
+
+
+def _implementation(header: dict, trace: dict) -> str:
+    vantage = trace.get("vantage_point") or {}
+    config = trace.get("configuration") or {}
+    places = [vantage.get("name") if isinstance(vantage, dict) else None, trace.get("title"),
+              trace.get("description"), config.get("code_version"), header.get("title"),
+              header.get("description")]
+    text = " ".join(str(p) for p in places if p).lower()
+    for name in KNOWN_PRODUCERS:
+        if name in text:
+            return name
+    if header.get("qlog_version") == "0.1" and str(trace.get("vantagepoint", "")).upper() == "NETWORK":
+        return "pcap2qlog"  # the only producer of 0.1 network traces
+    uris = " ".join(str(u) for u in config.get("original_uris") or [])
+    if uris.endswith(".json") or "pcap2qlog" in uris:
+        return "pcap2qlog"
+    common = trace.get("common_fields") or {}
+    # aioquic 0.3: JSON, ODCID in common_fields, absolute epoch-ms event times, nothing else.
+    if header.get("qlog_version") == "0.3" and "ODCID" in common and "reference_time" not in common:
+        return "aioquic"
+    return "unknown"
+
+
+def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
+    names = [str(f) for f in fields]
+    time_key = next((k for k in names if k in _TIME_KEYS), None)
+    event_key = next((k for k in ("event", "event_type", "type", "name") if k in names), None)
+    if time_key is None or event_key is None or "data" not in names:
+        raise QuicackError(f"event_fields {names} lack a time, event or data column", position=where)
+    layout = (names.index(time_key),
+              names.index("category") if "category" in names else -1,
+              names.index(event_key),
+              names.index("data"),
+              names.index("group_id") if "group_id" in names else -1)
+    return layout, _TIME_KEYS[time_key]
+
+
+def describe_trace(header: dict, trace: dict, index: int, first_time: float | None = None) -> TraceInfo:
+    """Decide how to read one trace.  ``first_time`` is the first event's raw time, if known."""
+    version = generation(header)
+    common = trace.get("common_fields") or {}
+    config = trace.get("configuration") or {}
+    vantage_point = trace.get("vantage_point") or header.get("vantage_point") or {}
+    quirks: list[str] = []
+
+    if isinstance(vantage_point, dict):
+        vtype = str(vantage_point.get("type") or "unknown").lower()
+        flow = _text(vantage_point.get("flow"))
+    else:
+        vtype, flow = "unknown", None
+    if "vantagepoint" in trace:  # 0.1
+        vtype = str(trace["vantagepoint"]).lower()
+    vantage = Vantage(vtype) if vtype in Vantage._value2member_map_ else Vantage.UNKNOWN
+    if "vantagepoint" in trace and vantage is Vantage.NETWORK and flow is None:
+        # pcap2qlog 0.1 logs the client's packets as PACKET_RX: the server's point of view.
+        flow = "server"
+        quirks.append("network_flow_server")
+
+    fields = trace.get("event_fields") or trace.get("fields") or common.get("event_fields")
+    if fields:
+        layout, time_format = _layout(fields, f"trace {index}")
+    else:
+        layout, time_format = ("object",), "relative"
+
+    units = str(config.get("time_units") or common.get("time_units") or "ms").lower()
+    time_scale_ms = {"ms": 1.0, "us": 0.001, "ns": 1e-6, "s": 1000.0}.get(units, 1.0)
+
+    fmt = str(common.get("time_format") or trace.get("time_format") or "")
+    if fmt in ("delta", "relative_to_previous_event"):
+        time_format = "delta"
+    elif fmt == "absolute":
+        time_format = "absolute"
+
+    reference = common.get("reference_time", trace.get("reference_time"))
+    if isinstance(reference, dict):  # main-schema ReferenceTime
+        epoch = _rfc3339_ms(reference.get("epoch"))
+        reference_epoch_ms = epoch if epoch is not None else _rfc3339_ms(reference.get("wall_clock_time"))
+    elif reference is not None:
+        reference_epoch_ms = _epoch_ms_from_reference(reference)
+        if reference_epoch_ms is None:
+            quirks.append("reference_time_not_epoch")
+    elif "starttime" in trace:  # 0.1, seconds
+        reference_epoch_ms = _epoch_ms_from_reference(trace["starttime"])
+    else:
+        reference_epoch_ms = None
+
+    if (time_format == "relative" and reference_epoch_ms is None and first_time is not None
+            and _epoch_ms_from_reference(first_time * time_scale_ms) == first_time * time_scale_ms):
+        # aioquic 0.3 and others: event times are epoch milliseconds themselves.
+        time_format = "absolute"
+        quirks.append("absolute_epoch_times")
+
+    implementation = _implementation(header, trace)
+    quirk = QUIRKS.get(implementation, {})
+    if quirk:
+        quirks.append(f"{implementation}:" + ",".join(sorted(quirk)))
+    odcid = common.get("ODCID") or common.get("odcid") or common.get("group_id") or trace.get("connectionid")
+    return TraceInfo(
+        trace_index=index,
+        vantage=vantage,
+        flow=flow,
+        implementation=implementation,
+        odcid=_text(odcid),
+        title=_text(trace.get("title") or header.get("title")),
+        time_scale_ms=time_scale_ms,
+        time_format=time_format,
+        reference_epoch_ms=reference_epoch_ms,
+        ack_delay_encoding=quirk.get("ack_delay_encoding", AckDelayEncoding.MS),
+        metric_scale_ms=quirk.get("metric_scale_ms", 1.0),
+        missing_ack_delay_is_zero=quirk.get("missing_ack_delay_is_zero", False),
+        layout=layout,
+        quirks=tuple(quirks),
+    )
+
+
+def traces_of(header: dict) -> list[dict]:
+    """The trace headers of a JSON file (0.1 files are one trace at the root)."""
+    if isinstance(header.get("traces"), list):
+        traces = [t for t in header["traces"] if isinstance(t, dict)]
+        if not traces:
+            raise QuicackError("qlog file has no traces")
+        return traces
+    if isinstance(header.get("trace"), dict):
+        return [header["trace"]]
+    if "events" in header:
+        return [header]
+    raise QuicackError("not a qlog file: no traces, trace or events")
+
+
+# --- canonical event and frame names ---------------------------------------------------------
+
+#: qlog event names across generations → the name used for routing rows.
+EVENT_ALIASES = {
+    "packet_tx": "packet_sent",
+    "packet_rx": "packet_received",
+    "metric_update": "metrics_updated",
+    "recovery_metrics_updated": "metrics_updated",
+    "transport_parameters_set": "parameters_set",
+    "loss_timer_set": "loss_timer_updated",
+    "loss_timer_expired": "loss_timer_updated",
+    "recovery_loss_timer_updated": "loss_timer_updated",
+    "packet_dropped": "packet_dropped",
+    "packet_lost": "packet_lost",
+}
+
+
+def canonical_event(name: str) -> str:
+    """'transport:packet_sent', 'quic:packet_sent', 'PACKET_SENT' → 'packet_sent'."""
+    base = re.sub(r"^.*:", "", name.strip().lower()).replace(" ", "_")
+    return EVENT_ALIASES.get(base, base)
