@@ -83,6 +83,9 @@ class TraceInfo:
     missing_ack_delay_is_zero: bool
     #: ('object',) or the indexes of (time, category, event, data, group_id) in array events
     layout: tuple
+    #: network traces that log every packet alike (pcap2qlog 0.1: all PACKET_RX): tell the
+    #: sender by connection IDs instead of by event name
+    sender_from_cids: bool = False
     quirks: tuple[str, ...] = ()
 
 

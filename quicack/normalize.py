@@ -66,11 +66,12 @@ def load_traces(con: duckdb.DuckDBPyConnection, traces: list[TraceInfo]) -> None
     con.execute("""CREATE TEMP TABLE tr (trace_index INTEGER, vantage VARCHAR, flow VARCHAR,
         implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
         reference_epoch_ms DOUBLE, time_scale_ms DOUBLE, ack_delay_encoding VARCHAR,
-        metric_scale_ms DOUBLE, missing_ack_delay_is_zero BOOLEAN, quirks VARCHAR[])""")
-    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        metric_scale_ms DOUBLE, missing_ack_delay_is_zero BOOLEAN, sender_from_cids BOOLEAN,
+        quirks VARCHAR[])""")
+    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
         (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
          t.reference_epoch_ms, t.time_scale_ms, t.ack_delay_encoding.value, t.metric_scale_ms,
-         t.missing_ack_delay_is_zero, list(t.quirks)) for t in traces])
+         t.missing_ack_delay_is_zero, t.sender_from_cids, list(t.quirks)) for t in traces])
 
 
 def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id: int) -> None:
@@ -94,7 +95,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                CASE WHEN tr.time_format = 'absolute' THEN ev.t_ms
                     ELSE tr.reference_epoch_ms + ev.t_ms END AS epoch_ms,
                tr.vantage, tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
-               tr.missing_ack_delay_is_zero
+               tr.missing_ack_delay_is_zero, tr.sender_from_cids
         FROM ev JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
 
     # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
@@ -102,17 +103,26 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     local_side = "CASE WHEN vantage = 'server' OR (vantage = 'network' AND flow = 'server') THEN 'server' ELSE 'client' END"
     peer_side = f"CASE WHEN ({local_side}) = 'server' THEN 'client' ELSE 'server' END"
 
+    # Without direction in the events, a long header's source CID equal to the one of the
+    # client's first Initial marks a client packet, and a short header whose destination CID is
+    # that one marks a server packet.
+    by_cids = """CASE WHEN data->'header'->>'scid' IS NOT NULL
+                      THEN CASE WHEN data->'header'->>'scid' = client_cid THEN 'client' ELSE 'server' END
+                      ELSE CASE WHEN data->'header'->>'dcid' = client_cid THEN 'server' ELSE 'client' END END"""
+    sender = f"CASE WHEN event = 'packet_sent' THEN {local_side} ELSE {peer_side} END"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
         SELECT connection_id, event_index, time_ms, epoch_ms, data,
-               CASE WHEN event = 'packet_sent' THEN 'sent' ELSE 'received' END AS direction,
-               CASE WHEN event = 'packet_sent' THEN {local_side} ELSE {peer_side} END AS sender,
+               CASE WHEN sender_from_cids THEN (CASE WHEN ({by_cids}) = {local_side} THEN 'sent' ELSE 'received' END)
+                    WHEN event = 'packet_sent' THEN 'sent' ELSE 'received' END AS direction,
+               CASE WHEN sender_from_cids THEN {by_cids} ELSE {sender} END AS sender,
                {local_side} AS local_side, {peer_side} AS peer_side,
                {_packet_type('data')} AS packet_type,
                {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')} AS packet_number,
                {_num("coalesce(data->'raw'->>'length', data->'header'->>'packet_size', data->>'packet_size', data->'header'->>'length')", 'INTEGER')} AS size_bytes,
                {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
                time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
-        FROM e WHERE event IN ({packet_events})""")
+        FROM (SELECT *, first_value(data->'header'->>'scid') OVER (PARTITION BY connection_id ORDER BY event_index)
+                        AS client_cid FROM e WHERE event IN ({packet_events}))""")
 
     con.execute("""CREATE OR REPLACE TEMP TABLE fl AS
         SELECT connection_id, event_index, unnest(l) AS f, generate_subscripts(l, 1) - 1 AS position
@@ -157,6 +167,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                CASE WHEN ft.frame_type = 'ack' THEN
                  CASE p.ack_delay_encoding
                    WHEN 'ms' THEN coalesce(ft.ack_delay_value, CASE WHEN p.missing_ack_delay_is_zero THEN 0.0 END)
+                                  * p.time_scale_ms
                    WHEN 'us' THEN ft.ack_delay_value / 1000.0
                    ELSE ft.ack_delay_value * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3
                                                         ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0

@@ -151,10 +151,13 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
     if "vantagepoint" in trace:  # 0.1
         vtype = str(trace["vantagepoint"]).lower()
     vantage = Vantage(vtype) if vtype in Vantage._value2member_map_ else Vantage.UNKNOWN
-    if "vantagepoint" in trace and vantage is Vantage.NETWORK and flow is None:
-        # pcap2qlog 0.1 logs the client's packets as PACKET_RX: the server's point of view.
-        flow = "server"
-        quirks.append("network_flow_server")
+    sender_from_cids = False
+    if "vantagepoint" in trace and vantage is Vantage.NETWORK:
+        # pcap2qlog 0.1 logs every packet of both sides as PACKET_RX: the sender is told by the
+        # connection IDs (the client's first Initial names its source CID).
+        sender_from_cids = True
+        flow = "client"
+        quirks.append("sender_from_connection_ids")
 
     fields = trace.get("event_fields") or trace.get("fields") or common.get("event_fields")
     if fields:
@@ -209,6 +212,7 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         metric_scale_ms=quirk.get("metric_scale_ms", 1.0),
         missing_ack_delay_is_zero=quirk.get("missing_ack_delay_is_zero", False),
         layout=layout,
+        sender_from_cids=sender_from_cids,
         quirks=tuple(quirks),
     )
 

@@ -1,0 +1,218 @@
+"""Every qlog generation and serialization maps the same client-side handshake to the same rows.
+
+One logical connection, seen by a client: it sends Initial pn 0 (CRYPTO + PADDING) at 0 ms; the
+server's Initial pn 0 (ACK of 0 with ack_delay 1.5 ms, CRYPTO) arrives at 25 ms; the client logs
+its RTT at 25 ms; an unknown event follows.  Each generation writes this in its own shape (real
+files of each generation are covered by test_shared_traces.py; these are the hand-written minimal
+ones for shapes no real file here has).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import rows, write_json, write_seq
+
+REFERENCE_MS = 1_700_000_000_000.0
+CLIENT_INITIAL = {"packet_type": "initial", "packet_number": 0, "size": 1252,
+                  "frames": [{"frame_type": "crypto", "offset": 0, "length": 280}, {"frame_type": "padding"}]}
+SERVER_INITIAL = {"packet_type": "initial", "packet_number": 0, "size": 180,
+                  "frames": [{"frame_type": "ack", "ack_delay": 1.5, "acked_ranges": [[0, 0]]},
+                             {"frame_type": "crypto", "offset": 0, "length": 90}]}
+
+
+def _data_03(p, stringly=False):
+    conv = str if stringly else (lambda v: v)
+    frames = []
+    for f in p["frames"]:
+        g = {k: (conv(v) if k in ("offset", "length", "ack_delay") else v) for k, v in f.items()}
+        if "acked_ranges" in g:
+            g["acked_ranges"] = [[conv(a) for a in r] for r in f["acked_ranges"]]
+        frames.append(g)
+    return {"header": {"packet_type": p["packet_type"], "packet_number": conv(p["packet_number"])},
+            "raw": {"length": p["size"]}, "frames": frames}
+
+
+def _data_draft(p, stringly=True, scale=1.0):
+    d = _data_03(p, False)
+    frames = d["frames"]
+    for f in frames:
+        if "ack_delay" in f:
+            f["ack_delay"] *= scale
+        for k in ("offset", "length", "ack_delay"):
+            if stringly and k in f:
+                f[k] = str(f[k])
+    return {"packet_type": p["packet_type"],
+            "header": {"packet_number": str(p["packet_number"]), "packet_size": p["size"]},
+            "frames": frames}
+
+
+METRICS = {"latest_rtt": 25, "min_rtt": 25, "smoothed_rtt": 25, "rtt_variance": 12.5, "congestion_window": 14720,
+           "bytes_in_flight": 0}
+
+
+def draft01(tmp_path, gz=False):
+    events = [["0", "transport", "packet_sent", _data_draft(CLIENT_INITIAL)],
+              ["25", "transport", "packet_received", _data_draft(SERVER_INITIAL)],
+              ["25", "recovery", "metrics_updated", METRICS],
+              ["26", "transport", "something_new", {"x": 1}]]
+    doc = {"qlog_version": "draft-01", "traces": [{
+        "vantage_point": {"name": "aioquic", "type": "client"},
+        "common_fields": {"ODCID": "aabb", "reference_time": str(int(REFERENCE_MS))},
+        "event_fields": ["relative_time", "category", "event_type", "data"], "events": events}]}
+    return write_json(tmp_path / ("d1.qlog.gz" if gz else "d1.qlog"), doc, gz)
+
+
+def draft02_delta(tmp_path):
+    events = [["0", "transport", "packet_sent", _data_draft(CLIENT_INITIAL)],
+              ["25", "transport", "packet_received", _data_draft(SERVER_INITIAL)],
+              ["0", "recovery", "metrics_updated", METRICS],
+              ["1", "transport", "something_new", {"x": 1}]]
+    doc = {"qlog_version": "draft-02", "traces": [{
+        "vantage_point": {"type": "client"},
+        "common_fields": {"ODCID": "aabb", "reference_time": str(REFERENCE_MS / 1000)},  # seconds
+        "event_fields": ["delta_time", "category", "event", "data"], "events": events}]}
+    return write_json(tmp_path / "d2.qlog", doc)
+
+
+def draft00_us(tmp_path):
+    us = 1000
+    metrics = {k: (v * us if k.endswith("rtt") or k == "rtt_variance" else v) for k, v in METRICS.items()}
+    events = [[0, "transport", "packet_sent", _data_draft(CLIENT_INITIAL, stringly=False)],
+              [25 * us, "transport", "packet_received", _data_draft(SERVER_INITIAL, stringly=False, scale=us)],
+              [25 * us, "recovery", "metrics_updated", metrics],
+              [26 * us, "transport", "something_new", {"x": 1}]]
+    doc = {"qlog_version": "draft-00", "title": "some stack", "traces": [{
+        "vantage_point": {"type": "client"}, "configuration": {"time_units": "us"},
+        "common_fields": {"ODCID": "aabb", "reference_time": str(int(REFERENCE_MS * 1000))},  # µs
+        "event_fields": ["relative_time", "category", "event", "data"], "events": events}]}
+    return write_json(tmp_path / "d0.qlog", doc)
+
+
+def _object_events(prefix_t="transport", prefix_r="recovery"):
+    return [{"time": 0, "name": f"{prefix_t}:packet_sent", "data": _data_03(CLIENT_INITIAL)},
+            {"time": 25, "name": f"{prefix_t}:packet_received", "data": _data_03(SERVER_INITIAL)},
+            {"time": 25, "name": f"{prefix_r}:metrics_updated", "data": METRICS},
+            {"time": 26, "name": f"{prefix_t}:something_new", "data": {"x": 1}}]
+
+
+def v03_json(tmp_path, gz=False):
+    doc = {"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{
+        "vantage_point": {"type": "client"},
+        "common_fields": {"ODCID": "aabb", "reference_time": REFERENCE_MS, "time_format": "relative"},
+        "events": _object_events()}]}
+    return write_json(tmp_path / ("v03.qlog.gz" if gz else "v03.qlog"), doc, gz)
+
+
+def v03_seq(tmp_path, gz=False):
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": REFERENCE_MS}}}
+    return write_seq(tmp_path / ("v03.sqlog.gz" if gz else "v03.sqlog"), header, _object_events(), gz)
+
+
+def v04_json(tmp_path):
+    doc = {"qlog_format": "JSON", "qlog_version": "0.4", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": REFERENCE_MS},
+        "events": _object_events("quic", "recovery")}]}
+    return write_json(tmp_path / "v04.qlog", doc)
+
+
+def main_schema_seq(tmp_path, gz=False):
+    header = {"file_schema": "urn:ietf:params:qlog:file:sequential", "serialization_format": "application/qlog+json-seq",
+              "trace": {"vantage_point": {"type": "client"}, "common_fields": {
+                  "group_id": "aabb", "time_format": "relative_to_epoch",
+                  "reference_time": {"clock_type": "system", "epoch": "2023-11-14T22:13:20Z"}}}}
+    events = _object_events("quic", "quic")
+    events[2]["name"] = "quic:recovery_metrics_updated"
+    return write_seq(tmp_path / ("ms.sqlog.gz" if gz else "ms.sqlog"), header, events, gz)
+
+
+def main_schema_json(tmp_path):
+    doc = {"file_schema": "urn:ietf:params:qlog:file:contained", "serialization_format": "application/qlog+json",
+           "traces": [{"vantage_point": {"type": "client"}, "common_fields": {
+               "group_id": "aabb", "reference_time": {"clock_type": "monotonic", "epoch": "unknown",
+                                                      "wall_clock_time": "2023-11-14T22:13:20Z"}},
+                       "events": _object_events("quic", "quic")}]}
+    return write_json(tmp_path / "ms.qlog", doc)
+
+
+def ndjson_draft(tmp_path):
+    header = {"qlog_format": "NDJSON", "qlog_version": "draft-02", "traces": [{
+        "vantage_point": {"type": "client"},
+        "common_fields": {"ODCID": "aabb", "reference_time": str(int(REFERENCE_MS))},
+        "event_fields": ["relative_time", "category", "event", "data"]}]}
+    events = [["0", "transport", "packet_sent", _data_draft(CLIENT_INITIAL)],
+              ["25", "transport", "packet_received", _data_draft(SERVER_INITIAL)],
+              ["25", "recovery", "metrics_updated", METRICS],
+              ["26", "transport", "something_new", {"x": 1}]]
+    return write_seq(tmp_path / "nd.ndjson", header, events, separator=b"")
+
+
+GENERATIONS = {
+    "draft-01 JSON, string numbers": draft01,
+    "draft-01 JSON gzip": lambda p: draft01(p, gz=True),
+    "draft-02 delta_time, reference in s": draft02_delta,
+    "draft-00 time_units us": draft00_us,
+    "0.3 JSON": v03_json,
+    "0.3 JSON gzip": lambda p: v03_json(p, gz=True),
+    "0.3 JSON-SEQ": v03_seq,
+    "0.3 JSON-SEQ gzip": lambda p: v03_seq(p, gz=True),
+    "0.4 JSON quic:": v04_json,
+    "main-schema JSON-SEQ": main_schema_seq,
+    "main-schema JSON-SEQ gzip": lambda p: main_schema_seq(p, gz=True),
+    "main-schema JSON wall clock": main_schema_json,
+    "draft NDJSON": ndjson_draft,
+}
+
+
+@pytest.mark.parametrize("make", GENERATIONS.values(), ids=GENERATIONS.keys())
+def test_generation_maps_to_the_same_rows(store, tmp_path, make):
+    path = make(tmp_path)
+    result = store.ingest(path)
+    assert result.status == "ingested", result.error
+    assert (result.connections, result.packets, result.events) == (1, 2, 4)
+    assert result.skipped_events == {next(iter(result.skipped_events)): 1}
+    assert next(iter(result.skipped_events)).endswith("something_new")
+
+    conn = rows(store, "SELECT vantage, odcid, first_event_epoch_ms FROM connections")[0]
+    assert conn["vantage"] == "client" and conn["odcid"] == "aabb"
+    assert conn["first_event_epoch_ms"] == pytest.approx(REFERENCE_MS)
+
+    packets = rows(store, "SELECT * FROM packets ORDER BY event_index")
+    assert [(p["direction"], p["sender"], p["packet_type"], p["packet_number_space"], p["packet_number"])
+            for p in packets] == [("sent", "client", "initial", "initial", 0),
+                                  ("received", "server", "initial", "initial", 0)]
+    assert [p["time_ms"] for p in packets] == pytest.approx([0.0, 25.0])
+    assert [p["epoch_ms"] for p in packets] == pytest.approx([REFERENCE_MS, REFERENCE_MS + 25])
+    assert [p["size_bytes"] for p in packets] == [1252, 180]
+    assert [p["ack_eliciting"] for p in packets] == [True, True]
+    assert [p["datagram_id"] for p in packets] == [0, 1]
+
+    frames = rows(store, """SELECT f.* FROM frames f JOIN packets p USING (connection_id, event_index)
+                            WHERE p.sender = 'server' ORDER BY position""")
+    assert [f["frame_type"] for f in frames] == ["ack", "crypto"]
+    assert frames[0]["ack_delay_ms"] == pytest.approx(1.5)
+    assert frames[0]["largest_acknowledged"] == 0 and frames[0]["acked_ranges"] == [[0, 0]]
+    assert (frames[1]["offset_bytes"], frames[1]["length_bytes"]) == (0, 90)
+
+    metrics = rows(store, "SELECT * FROM logged_metrics")
+    assert len(metrics) == 1
+    m = metrics[0]
+    assert (m["time_ms"], m["latest_rtt_ms"], m["smoothed_rtt_ms"], m["rtt_variance_ms"]) == pytest.approx(
+        (25.0, 25.0, 25.0, 12.5))
+    assert m["congestion_window_bytes"] == 14720
+
+
+def test_several_traces_in_one_file_are_several_connections(store, tmp_path):
+    doc = {"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "common_fields": {"ODCID": "01", "reference_time": REFERENCE_MS},
+         "events": _object_events()},
+        {"vantage_point": {"type": "server"}, "common_fields": {"ODCID": "01", "reference_time": REFERENCE_MS},
+         "events": _object_events()}]}
+    result = store.ingest(write_json(tmp_path / "two.qlog", doc))
+    assert (result.connections, result.packets) == (2, 4)
+    senders = rows(store, """SELECT c.vantage, p.direction, p.sender FROM packets p JOIN connections c
+                             USING (connection_id) ORDER BY c.trace_index, p.event_index""")
+    assert [tuple(r.values()) for r in senders] == [
+        ("client", "sent", "client"), ("client", "received", "server"),
+        ("server", "sent", "server"), ("server", "received", "client")]
