@@ -51,7 +51,7 @@ def _open(path: Path):
 
 def _event_macro_sql() -> str:
     cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in qlog.EVENT_ALIASES.items())
-    base = "replace(regexp_replace(lower(n), '^.*:', ''), ' ', '_')"
+    base = "replace(regexp_replace(lower(trim(n)), '^.*:', ''), ' ', '_')"
     return f"CREATE OR REPLACE TEMP MACRO qa_event(n) AS (CASE {base} {cases} ELSE {base} END)"
 
 
@@ -151,7 +151,8 @@ def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool
             cut_at = _incomplete_tail(tail)
             if cut_at is not None:
                 out.truncate(last_line_start - body_offset)
-                warnings.append(f"{name}: last record cut short at {unit} {last_line_start} "
+                record_start = last_line_start - (1 if fmt == "json-seq" else 0)  # at its RS
+                warnings.append(f"{name}: last record cut short at {unit} {record_start} "
                                 f"(file ends at {unit} {total}); kept every complete event before it")
         if first_record is None and not trace_headers[0].get("events"):
             raise QuicackError("qlog stream has a header but no events", name, f"{unit} {total}")
@@ -163,8 +164,7 @@ def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool
             else:
                 _insert_arrays(con, f"read_ndjson_objects('{_sql_path(tmp)}')", traces[0])
         except duckdb.Error as e:
-            raise QuicackError(f"malformed event record: {_duck_message(e)}", name,
-                               _record_position(e, body_offset)) from None
+            raise _bad_record(name, tmp, body_offset, unit, e) from None
     finally:
         os.unlink(tmp)
     events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
@@ -211,9 +211,21 @@ def _duck_message(e: Exception) -> str:
     return str(e).splitlines()[0][:300]
 
 
-def _record_position(e: Exception, body_offset: int) -> str:
-    m = re.search(r"line (\d+)", str(e))
-    return f"record {int(m.group(1)) + 1}" if m else f"after byte {body_offset}"
+def _bad_record(name: str, tmp: str, body_offset: int, unit: str, e: Exception) -> QuicackError:
+    """Name the first record DuckDB could not read (error path only: a Python scan is fine)."""
+    offset = body_offset
+    record = 1  # the header
+    with open(tmp, "rb") as f:
+        for line in f:
+            if line.strip():
+                record += 1
+                try:
+                    orjson.loads(line)
+                except orjson.JSONDecodeError as err:
+                    start = offset + len(line) - len(line.lstrip())
+                    return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
+            offset += len(line)
+    return QuicackError(f"malformed event records: {_duck_message(e)}", name)
 
 
 def _sql_path(p: str) -> str:

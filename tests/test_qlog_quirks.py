@@ -1,0 +1,153 @@
+"""One test per producer quirk in quicack.qlog.QUIRKS (and the time quirks of the readers).
+
+Real files where this repository has them (picoquic, pcap2qlog, aioquic); minimal hand-written
+files in the producer's documented shape where it has none (neqo, mvfst, quinn, quic-go, ngtcp2).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import DATA, rows, write_json, write_seq
+from quicack import qlog
+
+
+def _ack_packet(name, packet_type, pn, ack_delay=None, largest=0):
+    ack = {"frame_type": "ack", "acked_ranges": [[0, largest]]}
+    if ack_delay is not None:
+        ack["ack_delay"] = ack_delay
+    return {"time": 10.0, "name": name, "data": {
+        "header": {"packet_type": packet_type, "packet_number": pn}, "frames": [ack]}}
+
+
+def test_picoquic_logs_the_encoded_ack_delay(store):
+    # picoquic's reference server trace: the 1-RTT ACK sent at 25196 µs acknowledges pn 4,
+    # which arrived at 23602 µs (1594 µs earlier); it logs ack_delay 199 = 1592 µs / 2^3.
+    store.ingest(DATA / "picoquic/picoquictest/qlog_trace_ref.txt")
+    ack = rows(store, """SELECT f.ack_delay_ms, f.ack_delay_raw, p.time_ms FROM frames f
+                         JOIN packets p USING (connection_id, event_index)
+                         WHERE f.frame_type = 'ack' AND p.direction = 'sent' AND f.largest_acknowledged = 4""")
+    assert len(ack) == 1
+    assert ack[0]["ack_delay_raw"] == 199
+    assert ack[0]["ack_delay_ms"] == pytest.approx(199 * 8 / 1000)
+    assert ack[0]["time_ms"] == pytest.approx(25.196)  # time_units us
+    received = rows(store, """SELECT time_ms FROM packets WHERE direction = 'received'
+                              AND packet_type = '1RTT' AND packet_number = 4""")
+    assert ack[0]["time_ms"] - received[0]["time_ms"] == pytest.approx(ack[0]["ack_delay_ms"], abs=0.008)
+
+
+def test_pcap2qlog_copies_the_raw_ack_delay_field(store):
+    # spin_bit.qlog: the server's first Initial carries "ack_delay": "451" (tshark's raw field);
+    # an Initial ACK is decoded with the default exponent 3.
+    store.ingest(DATA / "pcap2qlog/examples/draft-01/spin_bit.qlog")
+    ack = rows(store, """SELECT f.ack_delay_ms, f.ack_delay_raw FROM frames f JOIN packets p USING (connection_id, event_index)
+                         WHERE p.sender = 'server' AND p.packet_type = 'initial' AND f.frame_type = 'ack'""")
+    assert ack[0] == {"ack_delay_ms": pytest.approx(3.608), "ack_delay_raw": 451}
+
+
+def test_neqo_raw_ack_delay_uses_the_senders_exponent_after_the_handshake(store, tmp_path):
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "neqo-Client", "type": "client"}}}
+    events = [
+        {"time": 1.0, "name": "transport:parameters_set", "data": {"owner": "remote", "ack_delay_exponent": 5}},
+        _ack_packet("transport:packet_received", "initial", 0, ack_delay=100),
+        _ack_packet("transport:packet_received", "1RTT", 0, ack_delay=100),
+    ]
+    store.ingest(write_seq(tmp_path / "neqo.sqlog", header, events))
+    got = rows(store, """SELECT p.packet_type, f.ack_delay_ms FROM frames f JOIN packets p
+                         USING (connection_id, event_index) ORDER BY p.event_index""")
+    assert got == [{"packet_type": "initial", "ack_delay_ms": pytest.approx(0.8)},
+                   {"packet_type": "1RTT", "ack_delay_ms": pytest.approx(3.2)}]
+
+
+def test_mvfst_metric_update_and_microsecond_ack_delay(store, tmp_path):
+    doc = {"qlog_version": "draft-00", "title": "mvfst", "traces": [{
+        "vantage_point": {"type": "server"}, "common_fields": {"reference_time": "1600000000000"},
+        "event_fields": ["relative_time", "category", "event", "data"],
+        "events": [
+            ["5", "transport", "packet_sent", {"packet_type": "initial", "header": {"packet_number": 0},
+                                                "frames": [{"frame_type": "ack", "ack_delay": 1500,
+                                                            "acked_ranges": [[0, 0]]}]}],
+            ["6", "recovery", "metric_update", {"latest_rtt": 20, "smoothed_rtt": 20, "min_rtt": 20}],
+        ]}]}
+    store.ingest(write_json(tmp_path / "mvfst.qlog", doc))
+    assert rows(store, "SELECT ack_delay_ms FROM frames") == [{"ack_delay_ms": pytest.approx(1.5)}]
+    assert rows(store, "SELECT smoothed_rtt_ms FROM logged_metrics") == [{"smoothed_rtt_ms": 20.0}]
+    assert rows(store, "SELECT implementation FROM connections") == [{"implementation": "mvfst"}]
+
+
+def test_quinn_one_stream_many_connections_rtts_in_seconds(store, tmp_path):
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"type": "client"}, "title": "quinn"}}
+    events = [
+        {"time": 0.0, "name": "transport:packet_sent", "group_id": "c1",
+         "data": {"header": {"packet_type": "initial", "packet_number": 0}}},
+        {"time": 1.0, "name": "transport:packet_sent", "group_id": "c2",
+         "data": {"header": {"packet_type": "initial", "packet_number": 0}}},
+        {"time": 30.0, "name": "recovery:metrics_updated", "group_id": "c1",
+         "data": {"smoothed_rtt": 0.025, "latest_rtt": 0.03, "min_rtt": 0.025, "rtt_variance": 0.0125}},
+    ]
+    result = store.ingest(write_seq(tmp_path / "quinn.sqlog", header, events))
+    assert result.connections == 2
+    conns = rows(store, "SELECT group_id, odcid, events FROM connections ORDER BY connection_id")
+    assert conns == [{"group_id": "c1", "odcid": "c1", "events": 2}, {"group_id": "c2", "odcid": "c2", "events": 1}]
+    m = rows(store, "SELECT smoothed_rtt_ms, latest_rtt_ms, rtt_variance_ms FROM logged_metrics")[0]
+    assert m == {"smoothed_rtt_ms": pytest.approx(25.0), "latest_rtt_ms": pytest.approx(30.0),
+                 "rtt_variance_ms": pytest.approx(12.5)}
+    # packets carry no frames in quinn's qlog: ack-elicitation is unknown, not false
+    assert rows(store, "SELECT DISTINCT ack_eliciting, frame_count FROM packets") == [
+        {"ack_eliciting": None, "frame_count": 0}]
+
+
+@pytest.mark.parametrize("producer, expected", [("quic-go", 0.0), ("someone-else", None)])
+def test_quic_go_omits_zero_ack_delay(store, tmp_path, producer, expected):
+    header = {"file_schema": "urn:ietf:params:qlog:file:sequential", "qlog_format": "JSON-SEQ",
+              "qlog_version": "0.3", "trace": {"vantage_point": {"type": "client"},
+                                               "title": f"{producer} event trace"}}
+    store.ingest(write_seq(tmp_path / "q.sqlog", header,
+                           [_ack_packet("transport:packet_received", "1RTT", 3)]))
+    assert rows(store, "SELECT ack_delay_ms FROM frames") == [{"ack_delay_ms": expected}]
+
+
+def test_aioquic_writes_epoch_millisecond_times(store):
+    # aioquic 0.3 JSON: no reference_time, the first event's "time" is 1795331576819.0432 (epoch ms).
+    store.ingest(DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog")
+    conn = rows(store, "SELECT implementation, first_event_epoch_ms, quirks FROM connections")[0]
+    assert conn["implementation"] == "aioquic"
+    assert conn["first_event_epoch_ms"] == pytest.approx(1795331576819.0432)
+    first = rows(store, "SELECT min(time_ms) AS t, min(epoch_ms) AS e FROM packets")[0]
+    assert first["t"] >= 0 and first["e"] >= conn["first_event_epoch_ms"]
+
+
+def test_ngtcp2_reference_time_zero_means_no_epoch(store, tmp_path):
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "ngtcp2", "type": "server"},
+                        "common_fields": {"reference_time": 0}}}
+    store.ingest(write_seq(tmp_path / "n.sqlog", header,
+                           [dict(_ack_packet("transport:packet_sent", "initial", 0, 1.0), time=12),
+                            dict(_ack_packet("transport:packet_sent", "handshake", 0, 1.0), time=15)]))
+    assert rows(store, "SELECT time_ms, epoch_ms FROM packets ORDER BY event_index") == [
+        {"time_ms": 0.0, "epoch_ms": None}, {"time_ms": 3.0, "epoch_ms": None}]
+
+
+def test_reference_time_in_seconds_is_scaled(store):
+    # pcap2qlog writes "reference_time": "1564682471.651907" (seconds).
+    store.ingest(DATA / "pcap2qlog/examples/draft-01/spin_bit.qlog")
+    conn = rows(store, "SELECT reference_epoch_ms FROM connections")[0]
+    assert conn["reference_epoch_ms"] == pytest.approx(1564682471651.907)
+
+
+def test_every_quirk_has_a_test_here():
+    import inspect
+    import sys
+    source = inspect.getsource(sys.modules[__name__])
+    for producer in qlog.QUIRKS:
+        assert producer in source, f"quirk {producer} has no test"
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("transport:packet_sent", "packet_sent"), ("quic:packet_sent", "packet_sent"),
+    ("PACKET_RX", "packet_received"), ("recovery:metric_update", "metrics_updated"),
+    ("quic:recovery_metrics_updated", "metrics_updated"), ("NEW CONNECTION", "new_connection")])
+def test_canonical_event_names(name, canonical):
+    assert qlog.canonical_event(name) == canonical

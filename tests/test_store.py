@@ -1,0 +1,163 @@
+"""The store: idempotent ingest, re-analysis, cut files, refused files, schema versions, export."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import orjson
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import DATA, RS, rows
+from quicack import QuicackError, Store, qlog
+from quicack.model import SCHEMA_VERSION
+from quicack.reader import _event_macro_sql
+from quicack.store import table_names
+
+AIOQUIC_CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"
+QUICHE_SEQ = DATA / "quiche-qlog-crate/streamer_test_expected_main-schema.sqlog"
+
+
+def snapshot(store: Store) -> dict[str, list]:
+    """Every row of every table, for comparing a store before and after."""
+    return {t: store.con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in table_names()
+            if t != "files"} | {"files": store.con.execute(
+                "SELECT file_id, path, content_sha256 FROM files ORDER BY ALL").fetchall()}
+
+
+def test_reingesting_the_same_content_changes_nothing(store, tmp_path):
+    first = store.ingest(AIOQUIC_CLIENT)
+    assert first.status == "ingested" and first.connections == 1
+    before = snapshot(store)
+    again = store.ingest(AIOQUIC_CLIENT)
+    copy = tmp_path / "renamed.qlog"
+    shutil.copy(AIOQUIC_CLIENT, copy)
+    renamed = store.ingest(copy)
+    assert (again.status, renamed.status) == ("unchanged", "unchanged")
+    assert snapshot(store) == before
+
+
+def test_reanalyze_replaces_the_rows_of_that_file(store):
+    store.ingest(AIOQUIC_CLIENT)
+    store.ingest(QUICHE_SEQ)
+    counts = {t: len(v) for t, v in snapshot(store).items()}
+    result = store.ingest(AIOQUIC_CLIENT, reanalyze=True)
+    assert result.status == "ingested"
+    assert {t: len(v) for t, v in snapshot(store).items()} == counts
+    # the other file's connection is untouched; the re-analysed one got a new id
+    assert rows(store, "SELECT count(DISTINCT file_id) AS n FROM connections") == [{"n": 2}]
+
+
+def _events(n: int) -> list[dict]:
+    return [{"time": float(i), "name": "transport:packet_sent",
+             "data": {"header": {"packet_type": "1RTT", "packet_number": i}, "frames": [{"frame_type": "ping"}]}}
+            for i in range(n)]
+
+
+def test_a_json_qlog_never_closed_keeps_its_complete_events(store, tmp_path):
+    head = b'{"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": ['
+    parts = [orjson.dumps(e) for e in _events(10)]
+    complete = head + b",".join(parts[:7])
+    cut = complete + b"," + parts[7][:25]  # the writer died inside event 7
+    path = tmp_path / "cut.qlog"
+    path.write_bytes(cut)
+    result = store.ingest(path)
+    assert result.status == "ingested"
+    assert result.packets == 7
+    assert [w for w in result.warnings] == [
+        f"{path}: JSON cut short at byte {len(cut)}; kept every complete event up to byte {len(complete)}"]
+    assert [r["packet_number"] for r in rows(store, "SELECT packet_number FROM packets ORDER BY 1")] == list(range(7))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_json_seq_record_cut_in_the_middle_keeps_the_records_before(store, tmp_path, gz):
+    import gzip
+    header = orjson.dumps({"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {"vantage_point": {"type": "server"}}})
+    records = [RS + header + b"\n"] + [RS + orjson.dumps(e) + b"\n" for e in _events(5)]
+    kept = b"".join(records[:5])  # header + 4 events
+    raw = kept + records[5][:30]
+    path = tmp_path / ("cut.sqlog.gz" if gz else "cut.sqlog")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    result = store.ingest(path)
+    assert result.status == "ingested" and result.packets == 4
+    unit = "decompressed byte" if gz else "byte"
+    assert result.warnings == [f"{path}: last record cut short at {unit} {len(kept)} (file ends at "
+                               f"{unit} {len(raw)}); kept every complete event before it"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "at byte 0: empty file, no qlog header"),
+    (b"\n\n  ", "at byte 0: empty file, no qlog header"),
+    (b"hello, world", "at byte 0: not a qlog file: starts with b'hello, world'"),
+    (b'{"just": "json"}', "at byte 0: not a qlog file: no qlog_version, file_schema or traces"),
+    (b'{"qlog_version": "0.3", "traces": [{"events": [{"time": 1, "na', "at byte 62: not valid JSON: unexpected end of data"),
+    (b'\x1e{"qlog_version": "0.3", "trace": {}}\n\x1e{"time": 1, "name": "x"}\n\x1e{broken}\n\x1e{"time": 2}\n',
+     "at byte 65: malformed record 3: "),
+    (b"\x1f\x8bnot really gzip", "at byte 0: cannot read"),
+])
+def test_unreadable_files_are_refused_and_the_store_is_untouched(store, tmp_path, content, message):
+    store.ingest(AIOQUIC_CLIENT)
+    before = snapshot(store)
+    path = tmp_path / "bad.qlog"
+    path.write_bytes(content)
+    result = store.ingest(path)
+    assert result.status == "refused"
+    assert result.error.startswith(f"{path} {message}"), result.error
+    assert "\n" not in result.error
+    assert snapshot(store) == before
+
+
+def test_a_newer_store_is_refused_with_a_clear_message(tmp_path):
+    db = tmp_path / "new.duckdb"
+    Store(db).close()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(QuicackError) as e:
+        Store(db)
+    assert str(e.value) == (f"{db}: store has schema version 99, newer than this quicack understands "
+                            f"({SCHEMA_VERSION}); upgrade quicack")
+
+
+def test_a_foreign_database_is_not_touched(tmp_path):
+    db = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE mine (x INTEGER)")
+    con.close()
+    with pytest.raises(QuicackError, match="not a quicack store"):
+        Store(db)
+    con = duckdb.connect(str(db))
+    assert con.execute("SELECT table_name FROM duckdb_tables()").fetchall() == [("mine",)]
+
+
+def test_schema_version_is_recorded(store):
+    assert rows(store, "SELECT value FROM store_meta WHERE key = 'schema_version'") == [{"value": str(SCHEMA_VERSION)}]
+
+
+def test_export_writes_every_table_as_parquet(store, tmp_path):
+    store.ingest(AIOQUIC_CLIENT)
+    written = store.export_parquet(tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(f"{t}.parquet" for t in table_names())
+    for p in written:
+        table = p.stem
+        assert pl.read_parquet(p).height == store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    assert pl.read_parquet(tmp_path / "out/packets.parquet").height > 0
+
+
+def test_table_and_sql_return_polars(store):
+    store.ingest(AIOQUIC_CLIENT)
+    assert isinstance(store.table("packets"), pl.DataFrame)
+    assert store.sql("SELECT count(*) AS n FROM frames WHERE frame_type = $t", {"t": "ack"})["n"][0] > 0
+    with pytest.raises(QuicackError, match="no table 'nope'"):
+        store.table("nope")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCXYZ_: ", min_size=1, max_size=40))
+def test_sql_event_names_match_the_python_rule(name):
+    con = duckdb.connect()
+    con.execute(_event_macro_sql())
+    assert con.execute("SELECT qa_event(?)", [name]).fetchone()[0] == qlog.canonical_event(name)
