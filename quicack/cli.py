@@ -19,7 +19,6 @@ from .model import QuicackError, Summary
 from .store import Store
 
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
 
 DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
                          type=click.Path(dir_okay=False),
@@ -57,20 +56,20 @@ def _print_summary(summary: Summary, db: str) -> None:
     ingested, unchanged, refused = (summary.count(s) for s in ("ingested", "unchanged", "refused"))
     for f in summary.files:
         for w in f.warnings:
-            err.print(f"warning: {w}", markup=False)
+            click.echo(f"warning: {w}", err=True)
         if f.error:
-            err.print(f"error: {f.error}", markup=False)
-    out.print(f"files: {len(summary.files)} ({ingested} ingested, {unchanged} unchanged, "
-              f"{refused} refused) into {db}", markup=False)
-    out.print(f"connections: {summary.connections}  packets: {summary.packets}  "
-              f"events: {summary.events}", markup=False)
+            click.echo(f"error: {f.error}", err=True)
+    click.echo(f"files: {len(summary.files)} ({ingested} ingested, {unchanged} unchanged, "
+              f"{refused} refused) into {db}")
+    click.echo(f"connections: {summary.connections}  packets: {summary.packets}  "
+              f"events: {summary.events}")
     skipped = summary.skipped_events
     if skipped:
         listed = ", ".join(f"{name} {n}" for name, n in list(skipped.items())[:12])
         more = f", … {len(skipped) - 12} more names" if len(skipped) > 12 else ""
-        out.print(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})", markup=False)
+        click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
     if refused:
-        out.print(f"failures: {refused}", markup=False)
+        click.echo(f"failures: {refused}")
 
 
 @main.command()
@@ -108,7 +107,7 @@ def export(db, directory):
             written = store.export_parquet(directory)
     except QuicackError as e:
         _fail(e)
-    out.print(f"wrote {len(written)} tables to {directory}", markup=False)
+    click.echo(f"wrote {len(written)} tables to {directory}")
 
 
 @main.command()
@@ -131,10 +130,10 @@ def demo(db):
             JOIN frames f USING (connection_id, event_index)
             WHERE p.sender = 'server' AND p.packet_type = 'initial'
             GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4""")
-    out.print("server Initial packets as each side logged them:", markup=False)
+    click.echo("server Initial packets as each side logged them:")
     for row in first.iter_rows(named=True):
-        out.print(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
-                  f"at {row['time_ms']:.3f} ms: {row['frames']}", markup=False)
+        click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
+                  f"at {row['time_ms']:.3f} ms: {row['frames']}")
     sys.exit(1 if summary.count("refused") else 0)
 
 

@@ -167,7 +167,7 @@ def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool
             raise _bad_record(name, tmp, body_offset, unit, e) from None
     finally:
         os.unlink(tmp)
-    events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+    events = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
     return Staged(fmt, version, traces, events, warnings)
 
 
@@ -274,7 +274,7 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
             os.unlink(tmp)
     if not any(t.get("events") for t in trace_docs):
         raise QuicackError("qlog file holds no events", name, "byte 0")
-    events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+    events = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
     return Staged("json", version, traces, events, warnings)
 
 
@@ -329,7 +329,7 @@ def _time_sql(expr: str, info: TraceInfo) -> str:
 
 
 def _append(con, select_sql: str) -> None:
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ev' AND temporary").fetchone()[0]
+    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ev' AND temporary").fetchall()[0][0]
     if exists:
         con.execute(f"INSERT INTO ev {select_sql}")
     else:

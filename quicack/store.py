@@ -68,11 +68,11 @@ class Store:
     # --- schema ------------------------------------------------------------------------------
 
     def _stored_version(self) -> int | None:
-        exists = self.con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'store_meta'").fetchone()[0]
+        exists = self.con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'store_meta'").fetchall()[0][0]
         if not exists:
             return None
-        row = self.con.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone()
-        return int(row[0]) if row else None
+        found = self.con.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchall()
+        return int(found[0][0]) if found else None
 
     def _check_version(self) -> int | None:
         version = self._stored_version()
@@ -84,7 +84,7 @@ class Store:
     def _ensure_schema(self) -> None:
         version = self._check_version()
         if version is None:
-            user_tables = self.con.execute("SELECT count(*) FROM duckdb_tables() WHERE NOT temporary").fetchone()[0]
+            user_tables = self.con.execute("SELECT count(*) FROM duckdb_tables() WHERE NOT temporary").fetchall()[0][0]
             if user_tables:
                 raise QuicackError("not a quicack store (no store_meta table); choose another --db",
                                    self.path)
@@ -127,9 +127,9 @@ class Store:
                 self._delete_file(file_id)
             staged = reader.stage(self.con, path)
             normalize.load_traces(self.con, staged.traces)
-            file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchone()[0]
+            file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
             first_connection = self.con.execute(
-                "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchone()[0]
+                "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             normalize.normalize(self.con, file_id, first_connection)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 file_id, name, digest, size, staged.format, staged.qlog_version, ANALYSIS_VERSION,
@@ -159,9 +159,9 @@ class Store:
         ids = "(SELECT connection_id FROM connections WHERE file_id = $id)"
         connections, events = self.con.execute(
             "SELECT count(*), coalesce(sum(events), 0) FROM connections WHERE file_id = $id",
-            {"id": file_id}).fetchone()
+            {"id": file_id}).fetchall()[0]
         packets = self.con.execute(f"SELECT count(*) FROM packets WHERE connection_id IN {ids}",
-                                   {"id": file_id}).fetchone()[0]
+                                   {"id": file_id}).fetchall()[0][0]
         skipped = dict(self.con.execute(
             f"SELECT event_name, count(*) FROM other_events WHERE connection_id IN {ids} "
             "GROUP BY event_name ORDER BY 2 DESC, 1", {"id": file_id}).fetchall())

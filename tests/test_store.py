@@ -143,7 +143,7 @@ def test_export_writes_every_table_as_parquet(store, tmp_path):
     assert sorted(p.name for p in written) == sorted(f"{t}.parquet" for t in table_names())
     for p in written:
         table = p.stem
-        assert pl.read_parquet(p).height == store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        assert pl.read_parquet(p).height == store.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
     assert pl.read_parquet(tmp_path / "out/packets.parquet").height > 0
 
 
@@ -160,4 +160,4 @@ def test_table_and_sql_return_polars(store):
 def test_sql_event_names_match_the_python_rule(name):
     con = duckdb.connect()
     con.execute(_event_macro_sql())
-    assert con.execute("SELECT qa_event(?)", [name]).fetchone()[0] == qlog.canonical_event(name)
+    assert con.execute("SELECT qa_event(?)", [name]).fetchall()[0][0] == qlog.canonical_event(name)

@@ -1,0 +1,78 @@
+"""The command line: exit codes, exact messages, summary, export, demo."""
+
+from __future__ import annotations
+
+import shutil
+
+import polars as pl
+from click.testing import CliRunner
+
+from conftest import DATA
+from quicack.cli import main
+
+CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"
+SERVER = DATA / "local/aioquic-aioquic-handshake/qlog_server/e60faf3e02b8978c.qlog"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_analyze_a_folder_prints_the_summary(tmp_path):
+    folder = tmp_path / "traces" / "nested"
+    folder.mkdir(parents=True)
+    shutil.copy(CLIENT, folder / "c.qlog")
+    shutil.copy(SERVER, folder / "s.qlog")
+    (folder / "notes.txt").write_text("not a trace, not picked from a folder")
+    db = tmp_path / "q.duckdb"
+    result = run("analyze", tmp_path / "traces", "--db", db)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"files: 2 (2 ingested, 0 unchanged, 0 refused) into {db}"
+    assert lines[1].startswith("connections: 2  packets: ")
+    assert "transport:datagrams_received" in result.output
+    again = run("analyze", tmp_path / "traces", "--db", db)
+    assert again.output.splitlines()[0] == f"files: 2 (0 ingested, 2 unchanged, 0 refused) into {db}"
+
+
+def test_a_refused_file_exits_1_and_the_others_are_stored(tmp_path):
+    bad = tmp_path / "bad.qlog"
+    bad.write_text("")
+    db = tmp_path / "q.duckdb"
+    result = run("analyze", CLIENT, bad, "--db", db)
+    assert result.exit_code == 1
+    assert f"error: {bad} at byte 0: empty file, no qlog header" in result.output
+    assert f"files: 2 (1 ingested, 0 unchanged, 1 refused) into {db}" in result.output
+    assert "failures: 1" in result.output
+
+
+def test_a_missing_path_is_an_error_naming_it(tmp_path):
+    result = run("analyze", tmp_path / "nope.qlog", "--db", tmp_path / "q.duckdb")
+    assert result.exit_code == 1
+    assert result.output == f"error: {tmp_path / 'nope.qlog'}: no such file or folder\n"
+
+
+def test_usage_errors_exit_2():
+    assert run("analyze").exit_code == 2
+    assert run("analyze", "--bogus", "x").exit_code == 2
+
+
+def test_export_parquet(tmp_path):
+    db = tmp_path / "q.duckdb"
+    run("analyze", CLIENT, "--db", db)
+    result = run("export", "--db", db, "--parquet", tmp_path / "pq")
+    assert result.exit_code == 0, result.output
+    assert pl.read_parquet(tmp_path / "pq" / "connections.parquet").height == 1
+    missing = run("export", "--db", tmp_path / "none.duckdb", "--parquet", tmp_path / "pq2")
+    assert missing.exit_code == 1
+    assert missing.output == f"error: {tmp_path / 'none.duckdb'}: no such store\n"
+
+
+def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path):
+    result = run("demo", "--db", tmp_path / "demo.duckdb")
+    assert result.exit_code == 0, result.output
+    assert "files: 2 (2 ingested" in result.output
+    # aioquic's server Initial pn 0 carries ACK + CRYPTO (the file says so on both sides)
+    assert "   client received pn 0 at" in result.output
+    assert "   server sent     pn 0 at" in result.output
+    assert result.output.count(": ack+crypto") == 2
