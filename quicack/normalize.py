@@ -18,6 +18,7 @@ import re
 
 import duckdb
 
+from . import qlog
 from .model import TraceInfo
 
 PACKET_EVENTS = ("packet_sent", "packet_received")
@@ -81,22 +82,30 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     packet_events = ", ".join(f"'{e}'" for e in PACKET_EVENTS)
     non_eliciting = ", ".join(f"'{f}'" for f in NON_ACK_ELICITING)
 
+    # Canonical event names: few distinct names, mapped by the one Python rule.
+    con.execute("CREATE OR REPLACE TEMP TABLE names (name VARCHAR, event VARCHAR)")
+    names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ev").fetchall()]
+    con.executemany("INSERT INTO names VALUES (?, ?)", [(n, qlog.canonical_event(n)) for n in names])
+
     # One connection per (trace, group): quinn writes all connections into one stream, told
     # apart by group_id.  Times are made relative to the connection's first event.
+    con.execute("""CREATE OR REPLACE TEMP TABLE first_row AS
+        SELECT trace_index, min(rowid) AS first_rowid FROM ev GROUP BY trace_index""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE conn AS
         SELECT g.*, {first_connection_id} - 1 + row_number() OVER (ORDER BY trace_index, first_event)
                     AS connection_id
-        FROM (SELECT trace_index, group_key, min(event_index) AS first_event, count(*) AS events,
+        FROM (SELECT trace_index, group_key, min(ev.rowid - f.first_rowid) AS first_event, count(*) AS events,
                      min(t_ms) AS first_ms, max(t_ms) AS last_ms
-              FROM ev GROUP BY trace_index, group_key) g""")
-    con.execute("""CREATE OR REPLACE TEMP TABLE e AS
-        SELECT c.connection_id, ev.event_index, ev.event, ev.name, ev.data,
+              FROM ev JOIN first_row f USING (trace_index) GROUP BY trace_index, group_key) g""")
+    con.execute("""CREATE OR REPLACE TEMP VIEW e AS
+        SELECT c.connection_id, ev.rowid - f.first_rowid AS event_index, nm.event, ev.name, ev.data,
                ev.t_ms - c.first_ms AS time_ms,
                CASE WHEN tr.time_format = 'absolute' THEN ev.t_ms
                     ELSE tr.reference_epoch_ms + ev.t_ms END AS epoch_ms,
                tr.vantage, tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
                tr.missing_ack_delay_is_zero, tr.sender_from_cids
-        FROM ev JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
+        FROM ev JOIN names nm USING (name) JOIN first_row f USING (trace_index)
+        JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
 
     # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
     # observer takes the side named by its flow ('client' unless it says otherwise).
@@ -111,7 +120,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                       ELSE CASE WHEN data->'header'->>'dcid' = client_cid THEN 'server' ELSE 'client' END END"""
     sender = f"CASE WHEN event = 'packet_sent' THEN {local_side} ELSE {peer_side} END"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
-        SELECT connection_id, event_index, time_ms, epoch_ms, data,
+        SELECT connection_id, event_index, time_ms, epoch_ms,
                CASE WHEN sender_from_cids THEN (CASE WHEN ({by_cids}) = {local_side} THEN 'sent' ELSE 'received' END)
                     WHEN event = 'packet_sent' THEN 'sent' ELSE 'received' END AS direction,
                CASE WHEN sender_from_cids THEN {by_cids} ELSE {sender} END AS sender,
@@ -120,14 +129,15 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')} AS packet_number,
                {_num("coalesce(data->'raw'->>'length', data->'header'->>'packet_size', data->>'packet_size', data->'header'->>'length')", 'INTEGER')} AS size_bytes,
                {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
+               data->'header'->>'dcid' AS dcid,
                time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
         FROM (SELECT *, first_value(data->'header'->>'scid') OVER (PARTITION BY connection_id ORDER BY event_index)
                         AS client_cid FROM e WHERE event IN ({packet_events}))""")
 
-    con.execute("""CREATE OR REPLACE TEMP TABLE fl AS
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE fl AS
         SELECT connection_id, event_index, unnest(l) AS f, generate_subscripts(l, 1) - 1 AS position
         FROM (SELECT connection_id, event_index,
-                     from_json(data->'frames', '["JSON"]') AS l FROM p)""")
+                     from_json(data->'frames', '["JSON"]') AS l FROM e WHERE event IN ({packet_events}))""")
 
     # Transport parameters first: raw ACK Delay fields are decoded with the sender's exponent.
     con.execute(f"""INSERT INTO transport_parameters
@@ -272,12 +282,13 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                                 CASE WHEN event = 'connection_started' THEN coalesce(data->>'dst_cid', data->>'dcid') END)
                        AS odcid FROM e WHERE event IN ('parameters_set', 'connection_started')
                 UNION ALL
-                SELECT connection_id, event_index, data->'header'->>'dcid' FROM p
+                SELECT connection_id, event_index, dcid FROM p
                 WHERE sender = 'client' AND packet_type = 'initial'
             ) WHERE odcid IS NOT NULL GROUP BY connection_id
         ) od USING (connection_id)""")
 
-    for table in ("conn", "e", "p", "fl", "ev", "tr"):
+    con.execute("DROP VIEW IF EXISTS e")
+    for table in ("conn", "p", "fl", "ev", "tr", "names", "first_row"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
@@ -289,3 +300,6 @@ class _Parenthesizing:
 
     def execute(self, sql: str, *args):
         return self._con.execute(paren_json(sql), *args)
+
+    def executemany(self, sql: str, rows):
+        return self._con.executemany(sql, rows)

@@ -8,10 +8,10 @@ length, so byte offsets stay those of the original file); a record cut off at th
 with a warning.  A JSON document is parsed with orjson and each trace's events written out as one
 JSON array for DuckDB.  The result is the temporary table ``ev``:
 
-    ev(trace_index, event_index, group_key, t_ms, event, name, data)
+    ev(trace_index, group_key, t_ms, name, data)      -- rowid = file order
 
-with ``t_ms`` already in milliseconds (time units, delta times applied) and ``event`` the
-canonical event name (``quicack.qlog.canonical_event``).
+with ``t_ms`` already in milliseconds (time units, delta times applied) and ``name`` the event
+name as logged ('category:event' for array events).
 """
 
 from __future__ import annotations
@@ -49,12 +49,6 @@ def _open(path: Path):
     return (gzip.open(path, "rb"), True) if magic == b"\x1f\x8b" else (open(path, "rb"), False)
 
 
-def _event_macro_sql() -> str:
-    cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in qlog.EVENT_ALIASES.items())
-    base = "replace(regexp_replace(lower(trim(n)), '^.*:', ''), ' ', '_')"
-    return f"CREATE OR REPLACE TEMP MACRO qa_event(n) AS (CASE {base} {cases} ELSE {base} END)"
-
-
 def stage(con: duckdb.DuckDBPyConnection, path: Path) -> Staged:
     """Read ``path`` into the temporary table ``ev``; raise QuicackError if nothing is readable."""
     name = str(path)
@@ -70,7 +64,7 @@ def stage(con: duckdb.DuckDBPyConnection, path: Path) -> Staged:
         stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
         if not stripped:
             raise QuicackError("empty file, no qlog header", name, "byte 0")
-        con.execute(_event_macro_sql())
+        con.execute("DROP TABLE IF EXISTS ev")
         if stripped[:1] == RS:
             return _stage_lines(con, name, stream, head, "json-seq", compressed)
         if stripped[:1] != b"{":
@@ -253,7 +247,6 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
     except QuicackError as e:
         raise QuicackError(e.message, name, "byte 0") from None
     traces: list[TraceInfo] = []
-    con.execute("DROP TABLE IF EXISTS ev")
     for index, trace in enumerate(trace_docs):
         events = trace.get("events") or []
         if not isinstance(events, list):
@@ -321,14 +314,24 @@ def _salvage(data: bytes):
 
 # --- the SQL that fills ev --------------------------------------------------------------------
 
-def _time_sql(expr: str, info: TraceInfo) -> str:
-    value = f"TRY_CAST({expr} AS DOUBLE)"
+def _append(con, info: TraceInfo, raw_sql: str) -> None:
+    """Append one trace's events, in file order, to ``ev``.
+
+    ``raw_sql`` yields (time, name, data, group_id) in file order.  The table's ``rowid`` keeps
+    that order, so no window function is needed on the fast path; delta times (draft-era only)
+    need a running sum and take the slow one.
+    """
+    time = "TRY_CAST(time AS DOUBLE)"
     if info.time_format == "delta":
-        value = f"sum({value}) OVER (ORDER BY event_index ROWS UNBOUNDED PRECEDING)"
-    return f"{value} * {info.time_scale_ms!r}"
-
-
-def _append(con, select_sql: str) -> None:
+        raw_sql = f"SELECT row_number() OVER () AS rn, * FROM ({raw_sql})"
+        time = f"sum({time}) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING)"
+        order = " ORDER BY rn"
+    else:
+        order = ""
+    select_sql = f"""
+        SELECT {info.trace_index}::INTEGER AS trace_index, coalesce(group_id, '') AS group_key,
+               {time} * {info.time_scale_ms!r} AS t_ms, coalesce(name, '') AS name, data
+        FROM ({raw_sql}){order}"""
     exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ev' AND temporary").fetchall()[0][0]
     if exists:
         con.execute(f"INSERT INTO ev {select_sql}")
@@ -338,15 +341,10 @@ def _append(con, select_sql: str) -> None:
 
 def _insert_objects(con, tmp: str, fmt: str, info: TraceInfo) -> None:
     source = (f"read_json('{_sql_path(tmp)}', format='{fmt}', maximum_object_size=268435456, "
-              "columns={'time': 'VARCHAR', 'name': 'VARCHAR', 'category': 'VARCHAR', "
+              "columns={'time': 'DOUBLE', 'name': 'VARCHAR', 'category': 'VARCHAR', "
               "'event': 'VARCHAR', 'type': 'VARCHAR', 'data': 'JSON', 'group_id': 'VARCHAR'})")
-    raw = (f"SELECT row_number() OVER () - 1 AS event_index, time, "
-           f"coalesce(name, category || ':' || coalesce(event, type)) AS name, data, group_id FROM {source}")
-    _append(con, f"""
-        SELECT {info.trace_index}::INTEGER AS trace_index, event_index,
-               coalesce(group_id, '') AS group_key, {_time_sql('time', info)} AS t_ms,
-               qa_event(coalesce(name, '')) AS event, name, data
-        FROM ({raw})""")
+    _append(con, info, "SELECT time, coalesce(name, category || ':' || coalesce(event, type)) AS name, "
+                       f"data, group_id FROM {source}")
 
 
 def _insert_arrays(con, source: str, info: TraceInfo) -> None:
@@ -356,10 +354,5 @@ def _insert_arrays(con, source: str, info: TraceInfo) -> None:
         return f"(json->>'$[{i}]')"
     name = f"({at(cat)} || ':' || {at(ev)})" if cat >= 0 else at(ev)
     group_sql = at(group) if group >= 0 else "NULL"
-    raw = (f"SELECT row_number() OVER () - 1 AS event_index, {at(t)} AS time, {name} AS name, "
-           f"(json->'$[{data}]') AS data, {group_sql} AS group_id FROM {source}")
-    _append(con, f"""
-        SELECT {info.trace_index}::INTEGER AS trace_index, event_index,
-               coalesce(group_id, '') AS group_key, {_time_sql('time', info)} AS t_ms,
-               qa_event(coalesce(name, '')) AS event, name, data
-        FROM ({raw})""")
+    _append(con, info, f"SELECT {at(t)} AS time, {name} AS name, (json->'$[{data}]') AS data, "
+                       f"{group_sql} AS group_id FROM {source}")

@@ -8,13 +8,10 @@ import duckdb
 import orjson
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from conftest import DATA, RS, rows
-from quicack import QuicackError, Store, qlog
+from quicack import QuicackError, Store
 from quicack.model import SCHEMA_VERSION
-from quicack.reader import _event_macro_sql
 from quicack.store import table_names
 
 AIOQUIC_CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"
@@ -153,11 +150,3 @@ def test_table_and_sql_return_polars(store):
     assert store.sql("SELECT count(*) AS n FROM frames WHERE frame_type = $t", {"t": "ack"})["n"][0] > 0
     with pytest.raises(QuicackError, match="no table 'nope'"):
         store.table("nope")
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCXYZ_: ", min_size=1, max_size=40))
-def test_sql_event_names_match_the_python_rule(name):
-    con = duckdb.connect()
-    con.execute(_event_macro_sql())
-    assert con.execute("SELECT qa_event(?)", [name]).fetchall()[0][0] == qlog.canonical_event(name)

@@ -1,0 +1,134 @@
+"""Benchmark `quicack analyze`: throughput (MB/s, events/s) and peak memory.
+
+Not a test: it prints figures.  It builds, from one long real connection (the aioquic server trace
+of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-SEQ file of at least
+--seq-mb MB and a JSON file of --json-mb MB by repeating the connection's events with shifted times
+and packet numbers, then ingests each into a fresh store in a child process and reports wall time
+(whatever analysis `quicack analyze` runs included) and that process's peak RSS.
+
+    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 150] [--workdir DIR]
+
+Targets (issue 2): >= 100 MB/s for JSON-SEQ, peak memory below the file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "tests/data/qvis/visualizations/public/standalone_data/draft-01/doublevantage_100ms.qlog"
+
+CHILD = r"""
+import json, resource, sys, time
+from quicack import analyze
+t = time.perf_counter()
+summary = analyze([sys.argv[1]], db=sys.argv[2])
+wall = time.perf_counter() - t
+f = summary.files[0]
+print(json.dumps({"wall_s": wall, "status": f.status, "events": f.events, "packets": f.packets,
+                  "error": f.error, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _connection() -> tuple[list[dict], float, int]:
+    """The server trace as 0.3-style event objects, its duration (ms) and largest packet number."""
+    doc = orjson.loads(SOURCE.read_bytes())
+    trace = next(t for t in doc["traces"] if t["vantage_point"]["type"] == "server")
+    events = []
+    for t, category, name, data in trace["events"]:
+        events.append({"time": float(t), "name": f"{category}:{name}", "data": data})
+    pns = [int(e["data"]["header"]["packet_number"]) for e in events
+           if e["name"].endswith(("packet_sent", "packet_received"))
+           and "packet_number" in e["data"].get("header", {})]
+    return events, events[-1]["time"] + 1.0, max(pns) + 1
+
+
+def _repeated(events, period_ms, pn_step, k):
+    for e in events:
+        data = e["data"]
+        header = data.get("header") if isinstance(data, dict) else None
+        if header and "packet_number" in header:
+            data = dict(data, header=dict(header, packet_number=int(header["packet_number"]) + k * pn_step))
+        yield {"time": e["time"] + k * period_ms, "name": e["name"], "data": data}
+
+
+def build_seq(path: Path, target_mb: float) -> int:
+    events, period, pn_step = _connection()
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "aioquic", "type": "server"},
+                        "common_fields": {"ODCID": "b0bf29d0abe27b8b", "reference_time": 1566844755688}}}
+    n = 0
+    with open(path, "wb") as out:
+        out.write(b"\x1e" + orjson.dumps(header) + b"\n")
+        k = 0
+        while out.tell() < target_mb * 1e6:
+            out.write(b"".join(b"\x1e" + orjson.dumps(e) + b"\n" for e in _repeated(events, period, pn_step, k)))
+            n += len(events)
+            k += 1
+    return n
+
+
+def build_json(path: Path, target_mb: float) -> int:
+    events, period, pn_step = _connection()
+    n = 0
+    with open(path, "wb") as out:
+        out.write(b'{"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{"vantage_point": '
+                  b'{"name": "aioquic", "type": "server"}, "common_fields": {"ODCID": "b0bf29d0abe27b8b", '
+                  b'"reference_time": 1566844755688}, "events": [')
+        k = 0
+        first = True
+        while out.tell() < target_mb * 1e6:
+            chunk = b",".join(orjson.dumps(e) for e in _repeated(events, period, pn_step, k))
+            out.write(chunk if first else b"," + chunk)
+            first = False
+            n += len(events)
+            k += 1
+        out.write(b"]}]}")
+    return n
+
+
+def measure(path: Path, workdir: Path) -> dict:
+    db = workdir / (path.stem + ".duckdb")
+    for p in (db, Path(str(db) + ".wal")):
+        p.unlink(missing_ok=True)
+    run = subprocess.run([sys.executable, "-c", CHILD, str(path), str(db)], capture_output=True, text=True,
+                         check=True)
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    db.unlink(missing_ok=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq-mb", type=float, default=300)
+    parser.add_argument("--json-mb", type=float, default=150)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="quicack-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores; files in {workdir}")
+    cases = [("JSON-SEQ", workdir / "big.sqlog", build_seq, args.seq_mb),
+             ("JSON", workdir / "big.qlog", build_json, args.json_mb)]
+    for label, path, build, mb in cases:
+        built_events = build(path, mb)
+        size_mb = path.stat().st_size / 1e6
+        r = measure(path, workdir)
+        if r["status"] != "ingested" or r["events"] != built_events:
+            print(f"{label}: FAILED {r}")
+            continue
+        print(f"{label:8} {size_mb:8.1f} MB {r['events']:>10,} events {r['packets']:>10,} packets  "
+              f"{r['wall_s']:6.2f} s  {size_mb / r['wall_s']:7.1f} MB/s  {r['events'] / r['wall_s']:>10,.0f} events/s  "
+              f"peak RSS {r['peak_rss_mb']:7.1f} MB ({r['peak_rss_mb'] / size_mb:.2f} x file size)")
+        path.unlink()
+
+
+if __name__ == "__main__":
+    main()
