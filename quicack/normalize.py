@@ -78,14 +78,21 @@ def load_traces(con: duckdb.DuckDBPyConnection, traces: list[TraceInfo]) -> None
 def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id: int) -> None:
     """Insert the rows of the staged file into the store tables (caller holds the transaction)."""
     con = _Parenthesizing(con)
-    routed = ", ".join(f"'{e}'" for e in ROUTED_EVENTS)
-    packet_events = ", ".join(f"'{e}'" for e in PACKET_EVENTS)
     non_eliciting = ", ".join(f"'{f}'" for f in NON_ACK_ELICITING)
 
     # Canonical event names: few distinct names, mapped by the one Python rule.
-    con.execute("CREATE OR REPLACE TEMP TABLE names (name VARCHAR, event VARCHAR)")
     names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ev").fetchall()]
-    con.executemany("INSERT INTO names VALUES (?, ?)", [(n, qlog.canonical_event(n)) for n in names])
+    by_event: dict[str, list[str]] = {}
+    for n in names:
+        by_event.setdefault(qlog.canonical_event(n), []).append(n)
+
+    def named(*events: str, negate: bool = False) -> str:
+        """A filter on the raw names (pushed into the scan of ev) selecting these events."""
+        wanted = [n for ev_name in events for n in by_event.get(ev_name, [])]
+        if not wanted:
+            return "true" if negate else "false"
+        listed = ", ".join("'" + n.replace("'", "''") + "'" for n in wanted)
+        return f"name {'NOT IN' if negate else 'IN'} ({listed})"
 
     # One connection per (trace, group): quinn writes all connections into one stream, told
     # apart by group_id.  Times are made relative to the connection's first event.
@@ -98,13 +105,13 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                      min(t_ms) AS first_ms, max(t_ms) AS last_ms
               FROM ev JOIN first_row f USING (trace_index) GROUP BY trace_index, group_key) g""")
     con.execute("""CREATE OR REPLACE TEMP VIEW e AS
-        SELECT c.connection_id, ev.rowid - f.first_rowid AS event_index, nm.event, ev.name, ev.data,
+        SELECT c.connection_id, ev.rowid - f.first_rowid AS event_index, ev.name, ev.data,
                ev.t_ms - c.first_ms AS time_ms,
                CASE WHEN tr.time_format = 'absolute' THEN ev.t_ms
                     ELSE tr.reference_epoch_ms + ev.t_ms END AS epoch_ms,
                tr.vantage, tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
                tr.missing_ack_delay_is_zero, tr.sender_from_cids
-        FROM ev JOIN names nm USING (name) JOIN first_row f USING (trace_index)
+        FROM ev JOIN first_row f USING (trace_index)
         JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
 
     # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
@@ -118,11 +125,12 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     by_cids = """CASE WHEN data->'header'->>'scid' IS NOT NULL
                       THEN CASE WHEN data->'header'->>'scid' = client_cid THEN 'client' ELSE 'server' END
                       ELSE CASE WHEN data->'header'->>'dcid' = client_cid THEN 'server' ELSE 'client' END END"""
-    sender = f"CASE WHEN event = 'packet_sent' THEN {local_side} ELSE {peer_side} END"
+    sent = named("packet_sent")
+    sender = f"CASE WHEN {sent} THEN {local_side} ELSE {peer_side} END"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
         SELECT connection_id, event_index, time_ms, epoch_ms,
                CASE WHEN sender_from_cids THEN (CASE WHEN ({by_cids}) = {local_side} THEN 'sent' ELSE 'received' END)
-                    WHEN event = 'packet_sent' THEN 'sent' ELSE 'received' END AS direction,
+                    WHEN {sent} THEN 'sent' ELSE 'received' END AS direction,
                CASE WHEN sender_from_cids THEN {by_cids} ELSE {sender} END AS sender,
                {local_side} AS local_side, {peer_side} AS peer_side,
                {_packet_type('data')} AS packet_type,
@@ -132,12 +140,12 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                data->'header'->>'dcid' AS dcid,
                time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
         FROM (SELECT *, first_value(data->'header'->>'scid') OVER (PARTITION BY connection_id ORDER BY event_index)
-                        AS client_cid FROM e WHERE event IN ({packet_events}))""")
+                        AS client_cid FROM e WHERE {named(*PACKET_EVENTS)})""")
 
     con.execute(f"""CREATE OR REPLACE TEMP TABLE fl AS
         SELECT connection_id, event_index, unnest(l) AS f, generate_subscripts(l, 1) - 1 AS position
         FROM (SELECT connection_id, event_index,
-                     from_json(data->'frames', '["JSON"]') AS l FROM e WHERE event IN ({packet_events}))""")
+                     from_json(data->'frames', '["JSON"]') AS l FROM e WHERE {named(*PACKET_EVENTS)})""")
 
     # Transport parameters first: raw ACK Delay fields are decoded with the sender's exponent.
     con.execute(f"""INSERT INTO transport_parameters
@@ -157,7 +165,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                to_json(list(data ORDER BY event_index))
         FROM (SELECT *, coalesce(lower(data->>'owner'), 'local') AS owner,
                      {local_side} AS local_side, {peer_side} AS peer_side
-              FROM e WHERE event = 'parameters_set')
+              FROM e WHERE {named('parameters_set')})
         GROUP BY connection_id, owner""")
 
     # RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the
@@ -238,32 +246,32 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                {_num("data->>'pto_count'", 'INTEGER')},
                {_num("coalesce(data->>'congestion_window', data->>'cwnd')", 'BIGINT')},
                {_num("data->>'bytes_in_flight'", 'BIGINT')}
-        FROM e WHERE event = 'metrics_updated'""")
+        FROM e WHERE {named('metrics_updated')}""")
 
     con.execute(f"""INSERT INTO lost_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},
                {_SPACE.format(t=_packet_type('data'))},
                {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')},
                data->>'trigger'
-        FROM e WHERE event = 'packet_lost'""")
+        FROM e WHERE {named('packet_lost')}""")
 
     con.execute(f"""INSERT INTO dropped_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},
                {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')},
                {_num("coalesce(data->'raw'->>'length', data->>'packet_size', data->'header'->>'packet_size')", 'INTEGER')},
                coalesce(data->>'trigger', data->>'details')
-        FROM e WHERE event = 'packet_dropped'""")
+        FROM e WHERE {named('packet_dropped')}""")
 
     con.execute(f"""INSERT INTO timers
         SELECT connection_id, event_index, time_ms, data->>'timer_type',
                coalesce(data->>'event_type', data->>'type'),
                coalesce(data->>'packet_number_space', data->>'pn_space'),
                {_num("data->>'delta'")} * time_scale_ms
-        FROM e WHERE event IN ('loss_timer_updated', 'timer_updated')""")
+        FROM e WHERE {named('loss_timer_updated', 'timer_updated')}""")
 
     con.execute(f"""INSERT INTO other_events
         SELECT connection_id, event_index, time_ms, coalesce(name, ''), data
-        FROM e WHERE event NOT IN ({routed})""")
+        FROM e WHERE {named(*ROUTED_EVENTS, negate=True)}""")
 
     # The connection row last: its ODCID may come from the events (a client's first Initial is
     # sent to the ODCID; a server logs original_destination_connection_id).
@@ -279,8 +287,8 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
             SELECT connection_id, arg_min(odcid, event_index) AS odcid FROM (
                 SELECT connection_id, event_index,
                        coalesce(data->>'original_destination_connection_id',
-                                CASE WHEN event = 'connection_started' THEN coalesce(data->>'dst_cid', data->>'dcid') END)
-                       AS odcid FROM e WHERE event IN ('parameters_set', 'connection_started')
+                                CASE WHEN {named('connection_started')} THEN coalesce(data->>'dst_cid', data->>'dcid') END)
+                       AS odcid FROM e WHERE {named('parameters_set', 'connection_started')}
                 UNION ALL
                 SELECT connection_id, event_index, dcid FROM p
                 WHERE sender = 'client' AND packet_type = 'initial'

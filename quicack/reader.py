@@ -340,7 +340,7 @@ def _append(con, info: TraceInfo, raw_sql: str) -> None:
 
 
 def _insert_objects(con, tmp: str, fmt: str, info: TraceInfo) -> None:
-    source = (f"read_json('{_sql_path(tmp)}', format='{fmt}', maximum_object_size=268435456, "
+    source = (f"read_json('{_sql_path(tmp)}', format='{fmt}', maximum_object_size=33554432, "
               "columns={'time': 'DOUBLE', 'name': 'VARCHAR', 'category': 'VARCHAR', "
               "'event': 'VARCHAR', 'type': 'VARCHAR', 'data': 'JSON', 'group_id': 'VARCHAR'})")
     _append(con, info, "SELECT time, coalesce(name, category || ':' || coalesce(event, type)) AS name, "
