@@ -42,17 +42,6 @@ class Vantage(StrEnum):
     UNKNOWN = "unknown"
 
 
-class Direction(StrEnum):
-    SENT = "sent"
-    RECEIVED = "received"
-
-
-class PacketNumberSpace(StrEnum):
-    INITIAL = "initial"
-    HANDSHAKE = "handshake"
-    APPLICATION_DATA = "application_data"
-
-
 class AckDelayEncoding(StrEnum):
     """How a producer writes an ACK frame's ``ack_delay`` in qlog."""
 

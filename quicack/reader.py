@@ -142,8 +142,7 @@ def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool
                 if not raw:
                     break
                 chunk = raw.replace(RS, b"\n")
-            cut_at = _incomplete_tail(tail)
-            if cut_at is not None:
+            if _incomplete_tail(tail):
                 out.truncate(last_line_start - body_offset)
                 record_start = last_line_start - (1 if fmt == "json-seq" else 0)  # at its RS
                 warnings.append(f"{name}: last record cut short at {unit} {record_start} "
@@ -175,15 +174,15 @@ def _first_record(chunk: bytes):
     return None
 
 
-def _incomplete_tail(tail: bytes) -> int | None:
-    """Byte offset (in ``tail``) where an incomplete last record starts, or None."""
+def _incomplete_tail(tail: bytes) -> bool:
+    """Whether the text after the last newline is a record cut short."""
     if not tail.strip():
-        return None
+        return False
     try:
         orjson.loads(tail)
-        return None
+        return False
     except orjson.JSONDecodeError:
-        return 0
+        return True
 
 
 def _first_time(record, trace: dict) -> float | None:
