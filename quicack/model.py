@@ -116,7 +116,3 @@ class Summary:
             for name, n in f.skipped_events.items():
                 total[name] = total.get(name, 0) + n
         return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    @property
-    def failures(self) -> list[FileResult]:
-        return [f for f in self.files if f.status == "refused"]

@@ -56,6 +56,9 @@ def _num(expr: str, kind: str = "DOUBLE") -> str:
     return f"TRY_CAST({expr} AS {kind})"
 
 
+_PACKET_NUMBER = _num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", "BIGINT")
+
+
 def _packet_type(data: str) -> str:
     raw = (f"coalesce({data}->'header'->>'packet_type', {data}->>'packet_type', "
            f"{data}->'header'->>'type', CASE WHEN {data}->'header'->>'form' = 'short' THEN '1RTT' END)")
@@ -134,7 +137,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                CASE WHEN sender_from_cids THEN {by_cids} ELSE {sender} END AS sender,
                {local_side} AS local_side, {peer_side} AS peer_side,
                {_packet_type('data')} AS packet_type,
-               {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')} AS packet_number,
+               {_PACKET_NUMBER} AS packet_number,
                {_num("coalesce(data->'raw'->>'length', data->'header'->>'packet_size', data->>'packet_size', data->'header'->>'length')", 'INTEGER')} AS size_bytes,
                {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
                data->'header'->>'dcid' AS dcid,
@@ -251,13 +254,13 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     con.execute(f"""INSERT INTO lost_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},
                {_SPACE.format(t=_packet_type('data'))},
-               {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')},
+               {_PACKET_NUMBER},
                data->>'trigger'
         FROM e WHERE {named('packet_lost')}""")
 
     con.execute(f"""INSERT INTO dropped_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},
-               {_num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", 'BIGINT')},
+               {_PACKET_NUMBER},
                {_num("coalesce(data->'raw'->>'length', data->>'packet_size', data->'header'->>'packet_size')", 'INTEGER')},
                coalesce(data->>'trigger', data->>'details')
         FROM e WHERE {named('packet_dropped')}""")

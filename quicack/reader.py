@@ -245,6 +245,8 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
         trace_docs = qlog.traces_of(doc)
     except QuicackError as e:
         raise QuicackError(e.message, name, "byte 0") from None
+    if not any(t.get("events") for t in trace_docs):
+        raise QuicackError("qlog file holds no events", name, "byte 0")
     traces: list[TraceInfo] = []
     for index, trace in enumerate(trace_docs):
         events = trace.get("events") or []
@@ -264,8 +266,6 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
             raise QuicackError(f"malformed events in trace {index}: {_duck_message(e)}", name) from None
         finally:
             os.unlink(tmp)
-    if not any(t.get("events") for t in trace_docs):
-        raise QuicackError("qlog file holds no events", name, "byte 0")
     events = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
     return Staged("json", version, traces, events, warnings)
 
