@@ -40,13 +40,13 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
             progress: Callable[[Path, int], None] | None = None) -> Summary:
     """Ingest every trace under ``paths`` into the store ``db``; return what happened per file.
 
-    ``progress(path, size_bytes)`` is called after each file.
+    ``progress(path, n)`` is called as each file is read, ``n`` the bytes of that file done since
+    the previous call (several times within a large file); per file the calls add up to its size.
     """
     files = expand(paths)
     summary = Summary()
     with Store(db) as store:
         for path in files:
-            summary.files.append(store.ingest(path, reanalyze=reanalyze))
-            if progress:
-                progress(path, path.stat().st_size)
+            step = (lambda n, path=path: progress(path, n)) if progress else None
+            summary.files.append(store.ingest(path, reanalyze=reanalyze, progress=step))
     return summary

@@ -1,12 +1,22 @@
-"""From staged qlog events (table ``ev``) to the normalized tables of ``schemas/store.sql``.
+"""From staged qlog events (table ``ev``, one slice at a time) to the tables of ``schemas/store.sql``.
 
-Theory of operation: ``quicack.reader`` leaves one row per event in the temporary table ``ev``
-(canonical event name, time in ms, the event's ``data`` as JSON).  The statements below route
-each event to its table — ``packet_sent``/``packet_received`` to ``packets`` and ``frames``,
-``parameters_set`` to ``transport_parameters``, ``metrics_updated`` to ``logged_metrics``,
-``packet_lost``/``packet_dropped``/timer events to their own tables and everything else to
-``other_events`` — entirely inside DuckDB.  Per-trace constants (vantage, quirks) come from the
-small table ``tr`` built from :class:`~quicack.model.TraceInfo`.
+Theory of operation: ``quicack.reader`` stages a file slice by slice into the temporary table
+``ev`` (canonical name, time in ms, the record as JSON text).  :class:`Normalizer` routes each
+slice's events to their tables — ``packet_sent``/``packet_received`` to ``packets`` and
+``frames``, ``metrics_updated`` to ``logged_metrics``, ``packet_lost``/``packet_dropped``/timer
+events to their own tables and everything else to ``other_events`` — entirely inside DuckDB.
+Each routed event's record is parsed once, by ``json_transform`` into a STRUCT holding every
+field spelling the columns need; the raw JSON is extracted only where a column keeps it
+(``other_events.data``, ``frames.details``, ``transport_parameters.parameters``).
+
+What a slice needs from earlier slices is carried in small per-file tables: ``conn`` (connection
+ids per (trace, group), event counts, time base, first and last times, the client's CID, the last
+packet and datagram count for coalescing, the ODCID found so far) and ``tp_ev`` (every
+``parameters_set`` event).  ``transport_parameters`` and ``connections`` are written by
+:meth:`Normalizer.finish`, which also repairs the two things a slice cannot know yet: a time base
+that a later slice undercuts (rows shifted so ``time_ms`` counts from the connection's earliest
+event, as documented) and raw ACK delays decoded before the sender's final exponent was known.
+A file that fits in one slice never needs either repair.
 
 Field spellings differ between qlog generations; each column takes the first spelling present
 (``coalesce``), newest first.  Frame names are the qlog names, lower case (``'ack'``, …).
@@ -14,7 +24,7 @@ Field spellings differ between qlog generations; each column takes the first spe
 
 from __future__ import annotations
 
-import re
+import json
 
 import duckdb
 
@@ -30,287 +40,444 @@ ROUTED_EVENTS = PACKET_EVENTS + ("parameters_set", "metrics_updated", "packet_lo
 # ack-eliciting frames elicit an ACK from the receiver ... ACK, PADDING, and CONNECTION_CLOSE
 # frames" are the exceptions).
 NON_ACK_ELICITING = ("ack", "padding", "connection_close")
+#: frame types whose every field has a column; others keep the logged frame in frames.details
+FRAMES_WITH_COLUMNS = ("ack", "padding", "ping", "crypto", "stream")
 
-_PACKET_TYPE = """CASE replace(replace(lower({x}), '-', ''), '_', '')
+_PACKET_TYPE = """CASE WHEN {x} IN ('initial', 'handshake', '1RTT', '0RTT', 'retry') THEN {x}
+    ELSE CASE replace(replace(lower({x}), '-', ''), '_', '')
     WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
     WHEN '0rtt' THEN '0RTT' WHEN 'zerortt' THEN '0RTT' WHEN '0rttprotected' THEN '0RTT'
     WHEN '1rtt' THEN '1RTT' WHEN 'onertt' THEN '1RTT' WHEN 'short' THEN '1RTT'
     WHEN '1rttprotected' THEN '1RTT' WHEN 'protected' THEN '1RTT'
     WHEN 'retry' THEN 'retry' WHEN 'versionnegotiation' THEN 'version_negotiation'
     WHEN 'statelessreset' THEN 'stateless_reset'
-    ELSE coalesce(lower({x}), 'unknown') END"""
+    ELSE coalesce(lower({x}), 'unknown') END END"""
 
 _SPACE = """CASE {t} WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
     WHEN '0RTT' THEN 'application_data' WHEN '1RTT' THEN 'application_data' END"""
 
+_FRAME_TYPE = ("CASE WHEN f.frame_type IN ('ack', 'stream', 'padding', 'crypto', 'ping') THEN f.frame_type "
+               "ELSE replace(lower(coalesce(f.frame_type, f.type, 'unknown')), ' ', '_') END")
 
-_JSON_PATH = re.compile(r"\b([A-Za-z_][\w.]*(?:\s*->>?\s*'[^']*')+)")
+# RFC 9000 §12.2 coalescing order: Initial, 0-RTT, Handshake, then 1-RTT last.
+_RANK = "CASE {t} WHEN 'initial' THEN 0 WHEN '0RTT' THEN 1 WHEN 'handshake' THEN 2 WHEN '1RTT' THEN 3 ELSE 9 END"
 
 
-def paren_json(sql: str) -> str:
-    """Parenthesize every ``x->'a'->>'b'`` chain: DuckDB's -> and ->> bind looser than || and IS."""
-    return _JSON_PATH.sub(r"(\1)", sql)
+V, D, B = "VARCHAR", "DOUBLE", "BIGINT"
+
+# json_transform types.  Numbers are read as DOUBLE or BIGINT whether logged as numbers or as
+# strings (draft-era producers write "296"); a value that is not a number becomes NULL, as
+# TRY_CAST would make it.  Text fields are VARCHAR: a number there keeps its JSON text.
+_HEADER = {"packet_type": V, "type": V, "form": V, "packet_number": B, "packet_size": B, "length": B,
+           "datagram_id": B, "scid": V, "dcid": V}
+_FRAME = {"frame_type": V, "type": V, "ack_delay": D, "frame_type.ack.ack_delay": D, "acked_ranges": [[B]],
+          "largest_acknowledged": B, "frame_type.ack.largest_acknowledged": B, "ce": B, "offset": B,
+          "frame_type.crypto.offset": B, "frame_type.stream.offset": B, "length": B, "raw": {"payload_length": B},
+          "frame_type.crypto.length": B, "frame_type.stream.length": B, "stream_id": B, "fin": V,
+          "sequence_number": B, "ack_eliciting_threshold": B, "packet_tolerance": B, "request_max_ack_delay": D,
+          "update_max_ack_delay": D, "max_ack_delay": D, "reordering_threshold": B}
+_TYPES = {
+    "packet": {"packet_type": V, "packet_number": B, "packet_size": B, "datagram_id": B, "header": _HEADER,
+               "raw": {"length": B}, "frames": [{"frame_type": V, "type": V}]},
+    "frames": {"frames": [_FRAME]},
+    "parameters": {"owner": V, "max_ack_delay": D, "ack_delay_exponent": B, "min_ack_delay": D,
+                   "initial_max_data": B, "max_udp_payload_size": B, "max_packet_size": B, "max_idle_timeout": D,
+                   "idle_timeout": D, "active_connection_id_limit": B},
+    "started": {"original_destination_connection_id": V, "dst_cid": V, "dcid": V},
+    "metrics": {"latest_rtt": D, "min_rtt": D, "smoothed_rtt": D, "rtt_variance": D, "rttvar": D, "rtt_var": D,
+                "pto_count": B, "congestion_window": B, "cwnd": B, "bytes_in_flight": B},
+    "lost": {"packet_type": V, "packet_number": B, "trigger": V, "header": _HEADER},
+    "dropped": {"packet_type": V, "packet_number": B, "packet_size": B, "trigger": V, "details": V,
+                "header": _HEADER, "raw": {"length": B}},
+    "timer": {"timer_type": V, "event_type": V, "type": V, "packet_number_space": V, "pn_space": V, "delta": D},
+}
+
+
+def _data(kind: str) -> str:
+    """The event's data, parsed once into the STRUCT for ``kind``."""
+    return f"json_transform(rec, '{json.dumps({'data': _TYPES[kind]})}').data"
 
 
 def _num(expr: str, kind: str = "DOUBLE") -> str:
     return f"TRY_CAST({expr} AS {kind})"
 
 
-_PACKET_NUMBER = _num("coalesce(data->'header'->>'packet_number', data->>'packet_number')", "BIGINT")
+def _raw_packet_type(d: str) -> str:
+    return (f"coalesce({d}.header.packet_type, {d}.packet_type, {d}.header.type, "
+            f"CASE WHEN {d}.header.form = 'short' THEN '1RTT' END)")
 
 
-def _packet_type(data: str) -> str:
-    raw = (f"coalesce({data}->'header'->>'packet_type', {data}->>'packet_type', "
-           f"{data}->'header'->>'type', CASE WHEN {data}->'header'->>'form' = 'short' THEN '1RTT' END)")
-    return _PACKET_TYPE.format(x=raw)
+def _packet_type(d: str) -> str:
+    return _PACKET_TYPE.format(x=_raw_packet_type(d))
 
 
-def load_traces(con: duckdb.DuckDBPyConnection, traces: list[TraceInfo]) -> None:
-    con.execute("DROP TABLE IF EXISTS tr")
-    con.execute("""CREATE TEMP TABLE tr (trace_index INTEGER, vantage VARCHAR, flow VARCHAR,
-        implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
-        reference_epoch_ms DOUBLE, time_scale_ms DOUBLE, ack_delay_encoding VARCHAR,
-        metric_scale_ms DOUBLE, missing_ack_delay_is_zero BOOLEAN, sender_from_cids BOOLEAN,
-        quirks VARCHAR[])""")
-    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
-        (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
-         t.reference_epoch_ms, t.time_scale_ms, t.ack_delay_encoding.value, t.metric_scale_ms,
-         t.missing_ack_delay_is_zero, t.sender_from_cids, list(t.quirks)) for t in traces])
+def _packet_number(d: str) -> str:
+    return _num(f"coalesce({d}.header.packet_number, {d}.packet_number)", "BIGINT")
 
 
-def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id: int) -> None:
-    """Insert the rows of the staged file into the store tables (caller holds the transaction)."""
-    con = _Parenthesizing(con)
-    non_eliciting = ", ".join(f"'{f}'" for f in NON_ACK_ELICITING)
-
-    # Canonical event names: few distinct names, mapped by the one Python rule.
-    names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ev").fetchall()]
-    by_event: dict[str, list[str]] = {}
-    for n in names:
-        by_event.setdefault(qlog.canonical_event(n), []).append(n)
-
-    def named(*events: str, negate: bool = False) -> str:
-        """A filter on the raw names (pushed into the scan of ev) selecting these events."""
-        wanted = [n for ev_name in events for n in by_event.get(ev_name, [])]
-        if not wanted:
-            return "true" if negate else "false"
-        listed = ", ".join("'" + n.replace("'", "''") + "'" for n in wanted)
-        return f"name {'NOT IN' if negate else 'IN'} ({listed})"
-
-    # One connection per (trace, group): quinn writes all connections into one stream, told
-    # apart by group_id.  Times are made relative to the connection's first event.
-    con.execute("""CREATE OR REPLACE TEMP TABLE first_row AS
-        SELECT trace_index, min(rowid) AS first_rowid FROM ev GROUP BY trace_index""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE conn AS
-        SELECT g.*, {first_connection_id} - 1 + row_number() OVER (ORDER BY trace_index, first_event)
-                    AS connection_id
-        FROM (SELECT trace_index, group_key, min(ev.rowid - f.first_rowid) AS first_event, count(*) AS events,
-                     min(t_ms) AS first_ms, max(t_ms) AS last_ms
-              FROM ev JOIN first_row f USING (trace_index) GROUP BY trace_index, group_key) g""")
-    con.execute("""CREATE OR REPLACE TEMP VIEW e AS
-        SELECT c.connection_id, ev.rowid - f.first_rowid AS event_index, ev.name, ev.data,
-               ev.t_ms - c.first_ms AS time_ms,
-               CASE WHEN tr.time_format = 'absolute' THEN ev.t_ms
-                    ELSE tr.reference_epoch_ms + ev.t_ms END AS epoch_ms,
-               tr.vantage, tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
-               tr.missing_ack_delay_is_zero, tr.sender_from_cids
-        FROM ev JOIN first_row f USING (trace_index)
-        JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
-
-    # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
-    # observer takes the side named by its flow ('client' unless it says otherwise).
-    local_side = "CASE WHEN vantage = 'server' OR (vantage = 'network' AND flow = 'server') THEN 'server' ELSE 'client' END"
-    peer_side = f"CASE WHEN ({local_side}) = 'server' THEN 'client' ELSE 'server' END"
-
-    # Without direction in the events, a long header's source CID equal to the one of the
-    # client's first Initial marks a client packet, and a short header whose destination CID is
-    # that one marks a server packet.
-    by_cids = """CASE WHEN data->'header'->>'scid' IS NOT NULL
-                      THEN CASE WHEN data->'header'->>'scid' = client_cid THEN 'client' ELSE 'server' END
-                      ELSE CASE WHEN data->'header'->>'dcid' = client_cid THEN 'server' ELSE 'client' END END"""
-    sent = named("packet_sent")
-    sender = f"CASE WHEN {sent} THEN {local_side} ELSE {peer_side} END"
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
-        SELECT connection_id, event_index, time_ms, epoch_ms,
-               CASE WHEN sender_from_cids THEN (CASE WHEN ({by_cids}) = {local_side} THEN 'sent' ELSE 'received' END)
-                    WHEN {sent} THEN 'sent' ELSE 'received' END AS direction,
-               CASE WHEN sender_from_cids THEN {by_cids} ELSE {sender} END AS sender,
-               {local_side} AS local_side, {peer_side} AS peer_side,
-               {_packet_type('data')} AS packet_type,
-               {_PACKET_NUMBER} AS packet_number,
-               {_num("coalesce(data->'raw'->>'length', data->'header'->>'packet_size', data->>'packet_size', data->'header'->>'length')", 'INTEGER')} AS size_bytes,
-               {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
-               data->'header'->>'dcid' AS dcid,
-               time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
-        FROM (SELECT *, first_value(data->'header'->>'scid') OVER (PARTITION BY connection_id ORDER BY event_index)
-                        AS client_cid FROM e WHERE {named(*PACKET_EVENTS)})""")
-
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE fl AS
-        SELECT connection_id, event_index, unnest(l) AS f, generate_subscripts(l, 1) - 1 AS position
-        FROM (SELECT connection_id, event_index,
-                     from_json(data->'frames', '["JSON"]') AS l FROM e WHERE {named(*PACKET_EVENTS)})""")
-
-    # Transport parameters first: raw ACK Delay fields are decoded with the sender's exponent.
-    con.execute(f"""INSERT INTO transport_parameters
-        SELECT connection_id, owner,
-               CASE WHEN owner = 'local' THEN any_value(local_side) ELSE any_value(peer_side) END,
-               min(time_ms),
-               arg_max({_num("data->>'max_ack_delay'")}, event_index) FILTER (WHERE data->>'max_ack_delay' IS NOT NULL),
-               arg_max({_num("data->>'ack_delay_exponent'", 'INTEGER')}, event_index) FILTER (WHERE data->>'ack_delay_exponent' IS NOT NULL),
-               arg_max({_num("data->>'min_ack_delay'")} / 1000.0, event_index) FILTER (WHERE data->>'min_ack_delay' IS NOT NULL),
-               arg_max({_num("data->>'initial_max_data'", 'BIGINT')}, event_index) FILTER (WHERE data->>'initial_max_data' IS NOT NULL),
-               arg_max({_num("coalesce(data->>'max_udp_payload_size', data->>'max_packet_size')", 'BIGINT')}, event_index)
-                   FILTER (WHERE coalesce(data->>'max_udp_payload_size', data->>'max_packet_size') IS NOT NULL),
-               arg_max({_num("coalesce(data->>'max_idle_timeout', data->>'idle_timeout')")}, event_index)
-                   FILTER (WHERE coalesce(data->>'max_idle_timeout', data->>'idle_timeout') IS NOT NULL),
-               arg_max({_num("data->>'active_connection_id_limit'", 'BIGINT')}, event_index)
-                   FILTER (WHERE data->>'active_connection_id_limit' IS NOT NULL),
-               to_json(list(data ORDER BY event_index))
-        FROM (SELECT *, coalesce(lower(data->>'owner'), 'local') AS owner,
-                     {local_side} AS local_side, {peer_side} AS peer_side
-              FROM e WHERE {named('parameters_set')})
-        GROUP BY connection_id, owner""")
-
-    # RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the
-    # power of the ack_delay_exponent transport parameter sent by the sender of the ACK frame".
-    # The first server ACK (Initial) arrives before any transport parameter: default exponent 3.
-    ack_delay_value = "TRY_CAST(coalesce(f->>'ack_delay', f->>'frame_type.ack.ack_delay') AS DOUBLE)"
-    con.execute(f"""INSERT INTO frames
-        WITH ft AS (
-            SELECT fl.*,
-                   replace(lower(coalesce(f->>'frame_type', f->>'type', 'unknown')), ' ', '_') AS frame_type,
-                   {ack_delay_value} AS ack_delay_value,
-                   list_transform(from_json(f->'acked_ranges', '[["VARCHAR"]]'),
-                                  lambda r: [TRY_CAST(r[1] AS BIGINT), TRY_CAST(coalesce(r[2], r[1]) AS BIGINT)])
-                       AS ranges
-            FROM fl)
-        SELECT ft.connection_id, ft.event_index, ft.position::INTEGER, ft.frame_type,
-               CASE WHEN ft.frame_type = 'ack' THEN
-                 CASE p.ack_delay_encoding
-                   WHEN 'ms' THEN coalesce(ft.ack_delay_value, CASE WHEN p.missing_ack_delay_is_zero THEN 0.0 END)
-                                  * p.time_scale_ms
-                   WHEN 'us' THEN ft.ack_delay_value / 1000.0
-                   ELSE ft.ack_delay_value * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3
-                                                        ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0
-                 END END,
-               CASE WHEN ft.frame_type = 'ack' AND p.ack_delay_encoding = 'raw' THEN ft.ack_delay_value::BIGINT END,
-               coalesce(list_max(list_transform(ft.ranges, lambda r: r[2])),
-                        {_num("f->>'largest_acknowledged'", 'BIGINT')},
-                        {_num("f->>'frame_type.ack.largest_acknowledged'", 'BIGINT')}),
-               ft.ranges,
-               {_num("f->>'ce'", 'BIGINT')},
-               {_num("coalesce(f->>'offset', f->>'frame_type.crypto.offset', f->>'frame_type.stream.offset')", 'BIGINT')},
-               {_num("coalesce(f->>'length', f->'raw'->>'payload_length', f->>'frame_type.crypto.length', f->>'frame_type.stream.length')", 'BIGINT')},
-               {_num("f->>'stream_id'", 'BIGINT')},
-               TRY_CAST(f->>'fin' AS BOOLEAN),
-               {_num("f->>'sequence_number'", 'BIGINT')},
-               {_num("coalesce(f->>'ack_eliciting_threshold', f->>'packet_tolerance')", 'BIGINT')},
-               {_num("coalesce(f->>'request_max_ack_delay', f->>'update_max_ack_delay', f->>'max_ack_delay')")} * p.time_scale_ms,
-               {_num("f->>'reordering_threshold'", 'BIGINT')},
-               CASE WHEN ft.frame_type NOT IN ('ack', 'padding', 'ping', 'crypto', 'stream') THEN f END
-        FROM ft
-        JOIN p ON p.connection_id = ft.connection_id AND p.event_index = ft.event_index
-        LEFT JOIN transport_parameters tp
-          ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender""")
-
-    # Datagrams: the logged datagram_id when there is one; otherwise a packet starts a new
-    # datagram unless it follows, at the same time and in the same direction, a packet of an
-    # earlier coalescing order (RFC 9000 §12.2: Initial, 0-RTT, Handshake, then 1-RTT last).
-    con.execute(f"""INSERT INTO packets
-        SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, p.direction, p.sender,
-               p.packet_type,
-               {_SPACE.format(t='p.packet_type')},
-               p.packet_number, p.size_bytes,
-               coalesce(p.logged_datagram_id,
-                        sum(CASE WHEN p.prev_direction = p.direction AND p.prev_time = p.time_ms
-                                  AND p.prev_rank < p.rank THEN 0 ELSE 1 END)
-                          OVER (PARTITION BY p.connection_id ORDER BY p.event_index
-                                ROWS UNBOUNDED PRECEDING) - 1),
-               CASE WHEN fc.frame_count > 0 THEN fc.eliciting END,
-               coalesce(fc.frame_count, 0)
-        FROM (SELECT *,
-                     lag(direction) OVER w AS prev_direction, lag(time_ms) OVER w AS prev_time,
-                     lag(rank) OVER w AS prev_rank
-              FROM (SELECT *, CASE packet_type WHEN 'initial' THEN 0 WHEN '0RTT' THEN 1
-                                   WHEN 'handshake' THEN 2 WHEN '1RTT' THEN 3 ELSE 9 END AS rank FROM p)
-              WINDOW w AS (PARTITION BY connection_id ORDER BY event_index)) p
-        LEFT JOIN (SELECT connection_id, event_index, count(*)::INTEGER AS frame_count,
-                          bool_or(frame_type NOT IN ({non_eliciting})) AS eliciting
-                   FROM frames f WHERE f.connection_id >= {first_connection_id}
-                   GROUP BY connection_id, event_index) fc
-          USING (connection_id, event_index)""")
-
-    con.execute(f"""INSERT INTO logged_metrics
-        SELECT connection_id, event_index, time_ms,
-               {_num("data->>'latest_rtt'")} * time_scale_ms * metric_scale_ms,
-               {_num("data->>'min_rtt'")} * time_scale_ms * metric_scale_ms,
-               {_num("data->>'smoothed_rtt'")} * time_scale_ms * metric_scale_ms,
-               {_num("coalesce(data->>'rtt_variance', data->>'rttvar', data->>'rtt_var')")} * time_scale_ms * metric_scale_ms,
-               {_num("data->>'pto_count'", 'INTEGER')},
-               {_num("coalesce(data->>'congestion_window', data->>'cwnd')", 'BIGINT')},
-               {_num("data->>'bytes_in_flight'", 'BIGINT')}
-        FROM e WHERE {named('metrics_updated')}""")
-
-    con.execute(f"""INSERT INTO lost_packets
-        SELECT connection_id, event_index, time_ms, {_packet_type('data')},
-               {_SPACE.format(t=_packet_type('data'))},
-               {_PACKET_NUMBER},
-               data->>'trigger'
-        FROM e WHERE {named('packet_lost')}""")
-
-    con.execute(f"""INSERT INTO dropped_packets
-        SELECT connection_id, event_index, time_ms, {_packet_type('data')},
-               {_PACKET_NUMBER},
-               {_num("coalesce(data->'raw'->>'length', data->>'packet_size', data->'header'->>'packet_size')", 'INTEGER')},
-               coalesce(data->>'trigger', data->>'details')
-        FROM e WHERE {named('packet_dropped')}""")
-
-    con.execute(f"""INSERT INTO timers
-        SELECT connection_id, event_index, time_ms, data->>'timer_type',
-               coalesce(data->>'event_type', data->>'type'),
-               coalesce(data->>'packet_number_space', data->>'pn_space'),
-               {_num("data->>'delta'")} * time_scale_ms
-        FROM e WHERE {named('loss_timer_updated', 'timer_updated')}""")
-
-    con.execute(f"""INSERT INTO other_events
-        SELECT connection_id, event_index, time_ms, coalesce(name, ''), data
-        FROM e WHERE {named(*ROUTED_EVENTS, negate=True)}""")
-
-    # The connection row last: its ODCID may come from the events (a client's first Initial is
-    # sent to the ODCID; a server logs original_destination_connection_id).
-    con.execute(f"""INSERT INTO connections
-        SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''), tr.vantage,
-               tr.flow, tr.implementation,
-               coalesce(tr.odcid, nullif(c.group_key, ''), od.odcid),
-               tr.title, tr.reference_epoch_ms,
-               CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
-               c.last_ms - c.first_ms, c.events, tr.quirks
-        FROM conn c JOIN tr USING (trace_index)
-        LEFT JOIN (
-            SELECT connection_id, arg_min(odcid, event_index) AS odcid FROM (
-                SELECT connection_id, event_index,
-                       coalesce(data->>'original_destination_connection_id',
-                                CASE WHEN {named('connection_started')} THEN coalesce(data->>'dst_cid', data->>'dcid') END)
-                       AS odcid FROM e WHERE {named('parameters_set', 'connection_started')}
-                UNION ALL
-                SELECT connection_id, event_index, dcid FROM p
-                WHERE sender = 'client' AND packet_type = 'initial'
-            ) WHERE odcid IS NOT NULL GROUP BY connection_id
-        ) od USING (connection_id)""")
-
-    con.execute("DROP VIEW IF EXISTS e")
-    for table in ("conn", "p", "fl", "ev", "tr", "names", "first_row"):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
+def _lit(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{float(value)!r}::DOUBLE"
+    return "'" + str(value).replace("'", "''") + "'"
 
 
-class _Parenthesizing:
-    """A connection whose execute() parenthesizes JSON path chains first."""
+def _in(names: list[str]) -> str:
+    return "(" + ", ".join(_lit(n) for n in names) + ")" if names else "(NULL)"
 
-    def __init__(self, con):
-        self._con = con
 
-    def execute(self, sql: str, *args):
-        return self._con.execute(paren_json(sql), *args)
+class Normalizer:
+    """Normalizes one file, slice after slice, inside the caller's transaction."""
 
-    def executemany(self, sql: str, rows):
-        return self._con.executemany(sql, rows)
+    def __init__(self, con: duckdb.DuckDBPyConnection, traces: list[TraceInfo], file_id: int,
+                 first_connection_id: int):
+        self.con = con
+        self.traces = traces
+        self.file_id = file_id
+        self.first_connection_id = first_connection_id
+        self.connections = 0
+        self.events = 0
+        self.seen: dict[int, int] = {}  # events per trace staged so far
+        self.slices: dict[int, int] = {}  # slices per trace
+        con.execute("""CREATE OR REPLACE TEMP TABLE conn (trace_index INTEGER, group_key VARCHAR,
+            connection_id BIGINT, first_event BIGINT, events BIGINT, base_ms DOUBLE, first_ms DOUBLE,
+            last_ms DOUBLE, has_packet BOOLEAN, client_cid VARCHAR, last_direction VARCHAR, last_t DOUBLE,
+            last_rank INTEGER, datagrams BIGINT, odcid VARCHAR)""")
+        con.execute("""CREATE OR REPLACE TEMP TABLE tp_ev (connection_id BIGINT, event_index BIGINT,
+            owner VARCHAR, endpoint VARCHAR, t_ms DOUBLE, max_ack_delay DOUBLE, ack_delay_exponent INTEGER,
+            min_ack_delay DOUBLE, initial_max_data BIGINT, max_udp_payload_size BIGINT,
+            max_idle_timeout DOUBLE, active_connection_id_limit BIGINT, data JSON)""")
+
+    # --- one slice ------------------------------------------------------------------------------
+
+    def add(self, trace_index: int) -> None:
+        """Normalize the events staged in ``ev`` (all of trace ``trace_index``, in file order)."""
+        con = self.con
+        t = self.traces[trace_index]
+        offset = self.seen.get(trace_index, 0)
+        # rowid keeps file order; rows of a table created inside a transaction do not start at 0.
+        n, first_row = con.execute("SELECT count(*), min(rowid) FROM ev").fetchall()[0]
+        offset -= first_row or 0
+        self.seen[trace_index] = offset + (first_row or 0) + n
+        self.slices[trace_index] = self.slices.get(trace_index, 0) + 1
+        self.events += n
+        if not n:
+            return
+
+        # Canonical event names: few distinct names, mapped by the one Python rule.
+        by_event: dict[str, list[str]] = {}
+        for (name,) in con.execute("SELECT DISTINCT name FROM ev").fetchall():
+            by_event.setdefault(qlog.canonical_event(name), []).append(name)
+
+        def named(*events: str) -> list[str]:
+            return [n for e in events for n in by_event.get(e, [])]
+
+        # One connection per (trace, group): quinn writes all connections into one stream, told
+        # apart by group_id.  A group first seen in this slice gets the next id, in file order.
+        con.execute("""CREATE OR REPLACE TEMP TABLE g AS
+            SELECT group_key, min(rowid) AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
+            FROM ev GROUP BY group_key""")
+        next_id = self.first_connection_id + self.connections
+        con.execute(f"""INSERT INTO conn
+            SELECT {trace_index}, group_key, {next_id} - 1 + row_number() OVER (ORDER BY first_row),
+                   {offset} + first_row, 0, lo, lo, hi, false, NULL, NULL, NULL, NULL, 0, NULL
+            FROM g WHERE group_key NOT IN (SELECT group_key FROM conn WHERE trace_index = {trace_index})""")
+        self.connections = con.execute("SELECT count(*) FROM conn").fetchall()[0][0]
+        con.execute(f"""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
+                               last_ms = greatest(conn.last_ms, g.hi)
+            FROM g WHERE conn.trace_index = {trace_index} AND conn.group_key = g.group_key""")
+
+        # Times count from the connection's time base: the earliest time of the slice it first
+        # appeared in (finish() shifts the rows if a later slice holds an earlier event).
+        epoch = "t_ms" if t.time_format == "absolute" else f"{_lit(t.reference_epoch_ms)} + t_ms"
+        one = con.execute(f"""SELECT any_value(c.connection_id), any_value(c.base_ms), count(*) FROM g
+            JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = g.group_key""").fetchall()[0]
+        if one[2] == 1:  # the common case: the whole slice is one connection
+            con.execute(f"""CREATE OR REPLACE TEMP VIEW e AS
+                SELECT {one[0]}::BIGINT AS connection_id, {offset} + rowid AS event_index, rowid AS ev_row, name, rec,
+                       t_ms, t_ms - {_lit(one[1])} AS time_ms, {epoch} AS epoch_ms
+                FROM ev""")
+        else:
+            con.execute(f"""CREATE OR REPLACE TEMP VIEW e AS
+                SELECT c.connection_id, {offset} + ev.rowid AS event_index, ev.rowid AS ev_row, ev.name, ev.rec,
+                       ev.t_ms, ev.t_ms - c.base_ms AS time_ms, {epoch} AS epoch_ms
+                FROM ev JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = ev.group_key""")
+
+        # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
+        # observer takes the side named by its flow ('client' unless it says otherwise).
+        local = "server" if t.vantage.value == "server" or (t.vantage.value == "network" and t.flow == "server") \
+            else "client"
+        peer = "client" if local == "server" else "server"
+        self._parameters(named("parameters_set"), local, peer)
+        self._packets(named("packet_sent"), named(*PACKET_EVENTS), t, local)
+        self._events(t, named)
+        self._odcid(named("parameters_set"), named("connection_started"))
+
+    def _parameters(self, names: list[str], local: str, peer: str) -> None:
+        if not names:
+            return
+        d = "d"
+        self.con.execute(f"""INSERT INTO tp_ev
+            SELECT connection_id, event_index, owner, CASE WHEN owner = 'local' THEN '{local}' ELSE '{peer}' END,
+                   t_ms, {_num(f"{d}.max_ack_delay")}, {_num(f"{d}.ack_delay_exponent", "INTEGER")},
+                   {_num(f"{d}.min_ack_delay")} / 1000.0, {_num(f"{d}.initial_max_data", "BIGINT")},
+                   {_num(f"coalesce({d}.max_udp_payload_size, {d}.max_packet_size)", "BIGINT")},
+                   {_num(f"coalesce({d}.max_idle_timeout, {d}.idle_timeout)")},
+                   {_num(f"{d}.active_connection_id_limit", "BIGINT")}, json_extract(rec, '$.data')
+            FROM (SELECT *, coalesce(lower(d.owner), 'local') AS owner
+                  FROM (SELECT *, {_data("parameters")} AS d FROM e WHERE name IN {_in(names)}))""")
+
+    def _packets(self, sent: list[str], packet_names: list[str], t: TraceInfo, local: str) -> None:
+        con = self.con
+        if not packet_names:
+            con.execute("CREATE OR REPLACE TEMP TABLE p AS SELECT NULL::BIGINT AS connection_id, "
+                        "NULL::BIGINT AS event_index, NULL::VARCHAR AS sender, NULL::VARCHAR AS packet_type, "
+                        "NULL::VARCHAR AS dcid WHERE false")
+            return
+        peer = "client" if local == "server" else "server"
+        is_sent = f"name IN {_in(sent)}"
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
+            SELECT connection_id, event_index, ev_row, time_ms, epoch_ms, t_ms,
+                   CASE WHEN {is_sent} THEN 'sent' ELSE 'received' END AS direction,
+                   CASE WHEN {is_sent} THEN '{local}' ELSE '{peer}' END AS sender,
+                   packet_type, {_RANK.format(t='packet_type')} AS rank, packet_number, size_bytes,
+                   logged_datagram_id, scid, dcid, coalesce(len(frames), 0)::INTEGER AS frame_count,
+                   len(list_filter(frames, lambda f: {_FRAME_TYPE} NOT IN {_in(list(NON_ACK_ELICITING))})) > 0
+                       AS eliciting
+            FROM (SELECT * EXCLUDE (raw_type), {_PACKET_TYPE.format(x='raw_type')} AS packet_type
+            FROM (SELECT connection_id, event_index, ev_row, time_ms, epoch_ms, t_ms, name,
+                         {_raw_packet_type('d')} AS raw_type, {_packet_number('d')} AS packet_number,
+                         {_num("coalesce(d.raw.length, d.header.packet_size, d.packet_size, d.header.length)",
+                               "INTEGER")} AS size_bytes,
+                         {_num("coalesce(d.datagram_id, d.header.datagram_id)", "BIGINT")} AS logged_datagram_id,
+                         d.header.scid AS scid, d.header.dcid AS dcid, d.frames AS frames
+                  FROM (SELECT *, {_data("packet")} AS d FROM e WHERE name IN {_in(packet_names)})))""")
+
+        # The client's CID: the source CID of the connection's first packet event.
+        con.execute("""UPDATE conn SET has_packet = true, client_cid = f.cid
+            FROM (SELECT connection_id, first(scid ORDER BY event_index) AS cid FROM p GROUP BY connection_id) f
+            WHERE conn.connection_id = f.connection_id AND NOT conn.has_packet""")
+        if t.sender_from_cids:
+            # Without direction in the events, a long header's source CID equal to the one of the
+            # client's first Initial marks a client packet, and a short header whose destination
+            # CID is that one marks a server packet.
+            sender = """CASE WHEN p.scid IS NOT NULL
+                             THEN CASE WHEN p.scid = c.client_cid THEN 'client' ELSE 'server' END
+                             ELSE CASE WHEN p.dcid = c.client_cid THEN 'server' ELSE 'client' END END"""
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
+                SELECT p.* REPLACE (CASE WHEN ({sender}) = '{local}' THEN 'sent' ELSE 'received' END AS direction,
+                                    {sender} AS sender)
+                FROM p JOIN conn c USING (connection_id)""")
+
+        self._frames(t, packet_names)
+
+        # Datagrams: the logged datagram_id when there is one; otherwise a packet starts a new
+        # datagram unless it follows, at the same time and in the same direction, a packet of an
+        # earlier coalescing order (RFC 9000 §12.2).  The packet before a connection's first one in
+        # this slice is the last one of the previous slice (carried in conn).
+        # (The windows see only the few columns they need: wide rows make them slow.)
+        con.execute("""CREATE OR REPLACE TEMP TABLE pk AS
+            SELECT event_index, connection_id, direction, t_ms, rank, starts,
+                   datagrams + sum(starts) OVER (PARTITION BY connection_id ORDER BY event_index
+                                                 ROWS UNBOUNDED PRECEDING) - 1 AS derived_datagram_id
+            FROM (SELECT p.event_index, p.connection_id, p.direction, p.t_ms, p.rank, c.datagrams,
+                         CASE WHEN coalesce(lag(p.direction) OVER w, c.last_direction) = p.direction
+                               AND coalesce(lag(p.t_ms) OVER w, c.last_t) = p.t_ms
+                               AND coalesce(lag(p.rank) OVER w, c.last_rank) < p.rank THEN 0 ELSE 1 END AS starts
+                  FROM p JOIN conn c USING (connection_id)
+                  WINDOW w AS (PARTITION BY p.connection_id ORDER BY p.event_index))""")
+        con.execute(f"""INSERT INTO packets
+            SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, p.direction, p.sender, p.packet_type,
+                   {_SPACE.format(t='p.packet_type')}, p.packet_number, p.size_bytes,
+                   coalesce(p.logged_datagram_id, pk.derived_datagram_id),
+                   CASE WHEN p.frame_count > 0 THEN p.eliciting END, p.frame_count
+            FROM p JOIN pk USING (event_index)""")
+        con.execute("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
+                               datagrams = conn.datagrams + l.starts
+            FROM (SELECT connection_id, arg_max(direction, event_index) AS direction,
+                         arg_max(t_ms, event_index) AS t_ms, arg_max(rank, event_index) AS rank,
+                         sum(starts) AS starts FROM pk GROUP BY connection_id) l
+            WHERE conn.connection_id = l.connection_id""")
+
+    def _frames(self, t: TraceInfo, packet_names: list[str]) -> None:
+        # RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the
+        # power of the ack_delay_exponent transport parameter sent by the sender of the ACK frame".
+        # The first server ACK (Initial) arrives before any transport parameter: default exponent 3.
+        value = "TRY_CAST(coalesce(f.ack_delay, f.\"frame_type.ack.ack_delay\") AS DOUBLE)"
+        tp_join = ""
+        if t.ack_delay_encoding.value == "ms":
+            missing = " , 0.0" if t.missing_ack_delay_is_zero else ""
+            decoded = f"coalesce({value}{missing}) * {_lit(t.time_scale_ms)}"
+        elif t.ack_delay_encoding.value == "us":
+            decoded = f"{value} / 1000.0"
+        else:
+            decoded = (f"{value} * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3 "
+                       "ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0")
+            tp_join = f"""JOIN p USING (event_index)
+                          LEFT JOIN ({_TP_EXPONENT}) tp
+                          ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender"""
+        with_columns = _in(list(FRAMES_WITH_COLUMNS))
+        self.con.execute(f"""INSERT INTO frames
+            WITH fl AS (
+                SELECT connection_id, event_index, rec, unnest(frames) AS f,
+                       generate_subscripts(frames, 1) - 1 AS position
+                FROM (SELECT connection_id, event_index, rec, {_data("frames")}.frames AS frames
+                      FROM e WHERE name IN {_in(packet_names)})),
+            ft AS (
+                SELECT fl.*, {_FRAME_TYPE} AS frame_type,
+                       list_transform(f.acked_ranges, lambda r: [r[1], coalesce(r[2], r[1])]) AS ranges
+                FROM fl)
+            SELECT ft.connection_id, ft.event_index, ft.position::INTEGER, ft.frame_type,
+                   CASE WHEN ft.frame_type = 'ack' THEN {decoded} END,
+                   {f"CASE WHEN ft.frame_type = 'ack' THEN {value}::BIGINT END" if t.ack_delay_encoding.value == 'raw'
+                    else 'NULL'},
+                   coalesce(list_max(list_transform(ft.ranges, lambda r: r[2])),
+                            {_num("f.largest_acknowledged", "BIGINT")},
+                            {_num('f."frame_type.ack.largest_acknowledged"', "BIGINT")}),
+                   ft.ranges,
+                   {_num("f.ce", "BIGINT")},
+                   {_num('coalesce(f.offset, f."frame_type.crypto.offset", f."frame_type.stream.offset")', "BIGINT")},
+                   {_num('coalesce(f.length, f.raw.payload_length, f."frame_type.crypto.length", '
+                         'f."frame_type.stream.length")', "BIGINT")},
+                   {_num("f.stream_id", "BIGINT")},
+                   TRY_CAST(f.fin AS BOOLEAN),
+                   {_num("f.sequence_number", "BIGINT")},
+                   {_num("coalesce(f.ack_eliciting_threshold, f.packet_tolerance)", "BIGINT")},
+                   {_num("coalesce(f.request_max_ack_delay, f.update_max_ack_delay, f.max_ack_delay)")}
+                       * {_lit(t.time_scale_ms)},
+                   {_num("f.reordering_threshold", "BIGINT")},
+                   CASE WHEN ft.frame_type NOT IN {with_columns}
+                        THEN json_extract(ft.rec, '$.data.frames[' || ft.position || ']') END
+            FROM ft
+            {tp_join}""")
+
+    def _events(self, t: TraceInfo, named) -> None:
+        con = self.con
+        scale = _lit(t.time_scale_ms)
+        rtt = f"* {scale} * {_lit(t.metric_scale_ms)}"
+        metrics = named("metrics_updated")
+        if metrics:
+            con.execute(f"""INSERT INTO logged_metrics
+                SELECT connection_id, event_index, time_ms,
+                       {_num("d.latest_rtt")} {rtt}, {_num("d.min_rtt")} {rtt}, {_num("d.smoothed_rtt")} {rtt},
+                       {_num("coalesce(d.rtt_variance, d.rttvar, d.rtt_var)")} {rtt},
+                       {_num("d.pto_count", "INTEGER")}, {_num("coalesce(d.congestion_window, d.cwnd)", "BIGINT")},
+                       {_num("d.bytes_in_flight", "BIGINT")}
+                FROM (SELECT *, {_data("metrics")} AS d FROM e WHERE name IN {_in(metrics)})""")
+        lost = named("packet_lost")
+        if lost:
+            con.execute(f"""INSERT INTO lost_packets
+                SELECT connection_id, event_index, time_ms, {_packet_type('d')},
+                       {_SPACE.format(t=_packet_type('d'))}, {_packet_number('d')}, d.trigger
+                FROM (SELECT *, {_data("lost")} AS d FROM e WHERE name IN {_in(lost)})""")
+        dropped = named("packet_dropped")
+        if dropped:
+            con.execute(f"""INSERT INTO dropped_packets
+                SELECT connection_id, event_index, time_ms, {_packet_type('d')}, {_packet_number('d')},
+                       {_num("coalesce(d.raw.length, d.packet_size, d.header.packet_size)", "INTEGER")},
+                       coalesce(d.trigger, d.details)
+                FROM (SELECT *, {_data("dropped")} AS d FROM e WHERE name IN {_in(dropped)})""")
+        timers = named("loss_timer_updated", "timer_updated")
+        if timers:
+            con.execute(f"""INSERT INTO timers
+                SELECT connection_id, event_index, time_ms, d.timer_type, coalesce(d.event_type, d.type),
+                       coalesce(d.packet_number_space, d.pn_space), {_num("d.delta")} * {scale}
+                FROM (SELECT *, {_data("timer")} AS d FROM e WHERE name IN {_in(timers)})""")
+        routed = named(*ROUTED_EVENTS)
+        con.execute(f"""INSERT INTO other_events
+            SELECT connection_id, event_index, time_ms, name, json_extract(rec, '$.data')
+            FROM e WHERE {f"name NOT IN {_in(routed)}" if routed else "true"}""")
+
+    def _odcid(self, parameters: list[str], started: list[str]) -> None:
+        """The first ODCID candidate in file order: a server's original_destination_connection_id,
+        connection_started's destination CID, or the DCID of the client's first Initial."""
+        candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM p "
+                      "WHERE sender = 'client' AND packet_type = 'initial'"]
+        if parameters:
+            candidates.append(f"""SELECT connection_id, event_index,
+                json_transform(rec, '{{"data": {{"original_destination_connection_id": "VARCHAR"}}}}')
+                    .data.original_destination_connection_id
+                FROM e WHERE name IN {_in(parameters)}""")
+        if started:
+            candidates.append(f"""SELECT connection_id, event_index,
+                       coalesce(d.original_destination_connection_id, d.dst_cid, d.dcid)
+                FROM (SELECT *, {_data("started")} AS d FROM e WHERE name IN {_in(started)})""")
+        self.con.execute(f"""UPDATE conn SET odcid = o.odcid
+            FROM (SELECT connection_id, arg_min(odcid, event_index) AS odcid
+                  FROM ({' UNION ALL '.join(candidates)}) WHERE odcid IS NOT NULL GROUP BY connection_id) o
+            WHERE conn.connection_id = o.connection_id AND conn.odcid IS NULL""")
+
+    # --- after the last slice -------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Write transport_parameters and connections; repair what slices could not know."""
+        con = self.con
+        con.execute("""CREATE OR REPLACE TEMP TABLE tr (trace_index INTEGER, vantage VARCHAR, flow VARCHAR,
+            implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
+            reference_epoch_ms DOUBLE, ack_delay_encoding VARCHAR, quirks VARCHAR[])""")
+        con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?)", [
+            (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
+             t.reference_epoch_ms, t.ack_delay_encoding.value, list(t.quirks)) for t in self.traces])
+
+        # A later slice held an event earlier than the time base: shift that connection's rows so
+        # time_ms counts from its earliest event.
+        shifted = con.execute("SELECT count(*) FROM conn WHERE first_ms < base_ms").fetchall()[0][0]
+        if shifted:
+            for table in ("packets", "logged_metrics", "lost_packets", "dropped_packets", "timers", "other_events"):
+                con.execute(f"""UPDATE {table} SET time_ms = time_ms + (c.base_ms - c.first_ms)
+                    FROM conn c WHERE {table}.connection_id = c.connection_id AND c.first_ms < c.base_ms""")
+
+        con.execute("""INSERT INTO transport_parameters
+            SELECT tp.connection_id, owner, any_value(endpoint), min(t_ms) - any_value(c.first_ms),
+                   arg_max(max_ack_delay, event_index) FILTER (WHERE max_ack_delay IS NOT NULL),
+                   arg_max(ack_delay_exponent, event_index) FILTER (WHERE ack_delay_exponent IS NOT NULL),
+                   arg_max(min_ack_delay, event_index) FILTER (WHERE min_ack_delay IS NOT NULL),
+                   arg_max(initial_max_data, event_index) FILTER (WHERE initial_max_data IS NOT NULL),
+                   arg_max(max_udp_payload_size, event_index) FILTER (WHERE max_udp_payload_size IS NOT NULL),
+                   arg_max(max_idle_timeout, event_index) FILTER (WHERE max_idle_timeout IS NOT NULL),
+                   arg_max(active_connection_id_limit, event_index)
+                       FILTER (WHERE active_connection_id_limit IS NOT NULL),
+                   to_json(list(data ORDER BY event_index))
+            FROM tp_ev tp JOIN conn c USING (connection_id)
+            GROUP BY tp.connection_id, owner""")
+
+        # Raw ACK Delay fields decoded in an earlier slice than the sender's last parameters_set:
+        # decode again with the exponent that holds for the whole file.
+        if any(self.slices.get(t.trace_index, 0) > 1 and t.ack_delay_encoding.value == "raw" for t in self.traces):
+            con.execute(f"""UPDATE frames SET ack_delay_ms = frames.ack_delay_raw * pow(2, x.exponent) / 1000.0
+                FROM (SELECT f.connection_id, f.event_index, f.position,
+                             CASE WHEN p.packet_type = 'initial' THEN 3 ELSE coalesce(tp.ack_delay_exponent, 3) END
+                                 AS exponent
+                      FROM frames f JOIN packets p USING (connection_id, event_index)
+                      JOIN conn c ON c.connection_id = f.connection_id
+                      JOIN tr ON tr.trace_index = c.trace_index AND tr.ack_delay_encoding = 'raw'
+                      LEFT JOIN ({_TP_EXPONENT}) tp ON tp.connection_id = f.connection_id AND tp.endpoint = p.sender
+                      WHERE f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL) x
+                WHERE frames.connection_id = x.connection_id AND frames.event_index = x.event_index
+                  AND frames.position = x.position
+                  AND frames.ack_delay_ms IS DISTINCT FROM frames.ack_delay_raw * pow(2, x.exponent) / 1000.0""")
+
+        # The connection row last: its ODCID may come from the events (a client's first Initial is
+        # sent to the ODCID; a server logs original_destination_connection_id).
+        con.execute(f"""INSERT INTO connections
+            SELECT c.connection_id, {self.file_id}, c.trace_index, nullif(c.group_key, ''), tr.vantage,
+                   tr.flow, tr.implementation, coalesce(tr.odcid, nullif(c.group_key, ''), c.odcid),
+                   tr.title, tr.reference_epoch_ms,
+                   CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
+                   c.last_ms - c.first_ms, c.events, tr.quirks
+            FROM conn c JOIN tr USING (trace_index) ORDER BY c.connection_id""")
+        self.drop()
+
+    def drop(self) -> None:
+        self.con.execute("DROP VIEW IF EXISTS e")
+        for table in ("conn", "tp_ev", "tr", "g", "p", "pk", "ev"):
+            self.con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+#: The ack_delay_exponent each endpoint of a connection announced so far (last value wins).
+_TP_EXPONENT = """SELECT connection_id, endpoint,
+        arg_max(ack_delay_exponent, event_index) FILTER (WHERE ack_delay_exponent IS NOT NULL) AS ack_delay_exponent
+    FROM tp_ev GROUP BY connection_id, endpoint"""

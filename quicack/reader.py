@@ -1,17 +1,29 @@
-"""Reading qlog files into DuckDB: the I/O edge of the qlog path.
+"""Reading qlog files into DuckDB, one bounded slice at a time: the I/O edge of the qlog path.
 
 Theory of operation: a file is sniffed (gzip? JSON-SEQ record separator? one JSON document or
-one record per line?), its header is parsed in Python (small), and its events go to DuckDB's JSON
-reader, which parses them in C++ on both cores.  JSON-SEQ and NDJSON are copied once, chunk by
-chunk, into a temporary NDJSON file with the 0x1E record separators turned into newlines (the same
-length, so byte offsets stay those of the original file); a record cut off at the end is dropped
-with a warning.  A JSON document is parsed with orjson and each trace's events written out as one
-JSON array for DuckDB.  The result is the temporary table ``ev``:
+one record per line?) and its header parsed in Python (small).  Its events are then cut into
+*slices* of about ``SLICE_BYTES`` of complete records, in file order, and each slice is staged
+into the temporary table ``ev`` by DuckDB, which parses it in C++ on both cores; the caller
+normalizes one slice before the next is staged, so memory stays bounded whatever the file size.
 
-    ev(trace_index, group_key, t_ms, name, data)      -- rowid = file order
+* JSON-SEQ and NDJSON: the stream is copied chunk by chunk into temporary files of whole lines,
+  the 0x1E record separators dropped on the way (DuckDB rejects them); DuckDB's CSV reader with a
+  delimiter that cannot occur hands each line over as text without parsing it.  A record cut off
+  at the end of the file is dropped with a warning.
+* A JSON document: one pass finds each ``"events": [`` array and cuts it at top-level element
+  boundaries (a candidate cut after ``},`` is checked by letting DuckDB parse the slice on a side
+  connection); the document without its events (a few KB) is parsed with orjson for the headers,
+  and each slice is staged with ``read_json_objects(format='array')``.  A document this pass
+  cannot follow (cut short, gzip, odd layout) is parsed whole with orjson instead — correct, but
+  memory grows with the file.
 
-with ``t_ms`` already in milliseconds (time units, delta times applied) and ``name`` the event
-name as logged ('category:event' for array events).
+The result of staging one slice is the temporary table
+
+    ev(group_key, t_ms, name, rec)      -- rowid = file order within the slice
+
+with ``t_ms`` in milliseconds (time units, delta times applied), ``name`` the event name as
+logged ('category:event' for array events) and ``rec`` a JSON object whose ``data`` member is the
+event's data (the record itself for object events).  A slice holds events of one trace only.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import gzip
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,18 +42,72 @@ import orjson
 from . import qlog
 from .model import QuicackError, TraceInfo
 
-CHUNK_BYTES = 8 << 20
+#: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
+SLICE_BYTES = 32 << 20
+CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
+MAX_OBJECT_BYTES = 32 << 20
 RS = b"\x1e"
+#: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
+MAX_CUT_TRIES = 64
+
+_EVENT_FIELDS = ('{"time": "DOUBLE", "name": "VARCHAR", "category": "VARCHAR", "event": "VARCHAR", '
+                 '"type": "VARCHAR", "group_id": "VARCHAR"}')
 
 
 @dataclass
-class Staged:
+class Slice:
+    trace_index: int
+    path: str  # temporary file holding the slice
+    kind: str  # 'lines': one record per line; 'array': a JSON array of events
+    done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
+
+
+@dataclass
+class Source:
+    """An opened qlog file: its headers, and its events as a stream of slices."""
+
+    name: str
     format: str  # 'json', 'json-seq', 'ndjson'
     qlog_version: str
     traces: list[TraceInfo]
-    events: int = 0
+    size: int
     warnings: list[str] = field(default_factory=list)
+    events: int = 0
+    _slices: Iterator[Slice] | None = None
+    _temps: list[str] = field(default_factory=list)
+    _delta_sum: dict[int, float] = field(default_factory=dict)
+    _diagnose: object = None
+
+    def slices(self) -> Iterator[Slice]:
+        """Slices in file order; each temporary file is removed once the next one is asked for."""
+        for part in self._slices:
+            yield part
+            _unlink(part.path)
+
+    def close(self) -> None:
+        for tmp in self._temps:
+            _unlink(tmp)
+        if hasattr(self._slices, "close"):
+            self._slices.close()
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _temp(self, suffix: str) -> tuple[int, str]:
+        fd, tmp = tempfile.mkstemp(suffix=suffix, prefix="quicack-")
+        self._temps.append(tmp)
+        return fd, tmp
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _open(path: Path):
@@ -49,14 +116,18 @@ def _open(path: Path):
     return (gzip.open(path, "rb"), True) if magic == b"\x1f\x8b" else (open(path, "rb"), False)
 
 
-def stage(con: duckdb.DuckDBPyConnection, path: Path) -> Staged:
-    """Read ``path`` into the temporary table ``ev``; raise QuicackError if nothing is readable."""
+def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
+    """Sniff ``path`` and read its header; raise QuicackError if nothing is readable.
+
+    ``con`` is used only on a side cursor (to check cuts of JSON documents), never for writing.
+    """
     name = str(path)
     try:
         stream, compressed = _open(path)
+        size = path.stat().st_size
     except OSError as e:
         raise QuicackError(f"cannot open: {e.strerror}", name) from None
-    with stream:
+    try:
         try:
             head = stream.read(HEAD_BYTES)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
@@ -64,9 +135,8 @@ def stage(con: duckdb.DuckDBPyConnection, path: Path) -> Staged:
         stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
         if not stripped:
             raise QuicackError("empty file, no qlog header", name, "byte 0")
-        con.execute("DROP TABLE IF EXISTS ev")
         if stripped[:1] == RS:
-            return _stage_lines(con, name, stream, head, "json-seq", compressed)
+            return _open_lines(path, name, stream, head, "json-seq", compressed, size)
         if stripped[:1] != b"{":
             raise QuicackError(f"not a qlog file: starts with {stripped[:16]!r}", name,
                                f"byte {len(head) - len(stripped)}")
@@ -76,9 +146,20 @@ def stage(con: duckdb.DuckDBPyConnection, path: Path) -> Staged:
         except orjson.JSONDecodeError:
             first = None
         if isinstance(first, dict) and _is_stream_header(first):
-            return _stage_lines(con, name, stream, head, "ndjson", compressed)
+            return _open_lines(path, name, stream, head, "ndjson", compressed, size)
+        if not compressed:
+            stream.close()
+            found = _open_json_streaming(path, name, size, con)
+            if found is not None:
+                return found
+            with open(path, "rb") as f:
+                return _open_json_whole(name, f.read(), size)
         rest = stream.read()
-    return _stage_json(con, name, head + rest)
+        stream.close()
+        return _open_json_whole(name, head + rest, size)
+    except BaseException:
+        stream.close()
+        raise
 
 
 def _is_stream_header(header: dict) -> bool:
@@ -93,8 +174,7 @@ def _is_stream_header(header: dict) -> bool:
 
 # --- JSON-SEQ and NDJSON ----------------------------------------------------------------------
 
-def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool) -> Staged:
-    warnings: list[str] = []
+def _open_lines(path: Path, name: str, stream, head: bytes, fmt: str, compressed: bool, size: int) -> Source:
     unit = "decompressed byte" if compressed else "byte"
     text = head.replace(RS, b"\n")
     start = len(text) - len(text.lstrip(b" \t\r\n\xef\xbb\xbf"))
@@ -111,61 +191,70 @@ def _stage_lines(con, name: str, stream, head: bytes, fmt: str, compressed: bool
         trace_headers = qlog.traces_of(header)
     except QuicackError as e:
         raise QuicackError(e.message, name, f"{unit} {start}") from None
-
     body_offset = start + len(header_bytes)
-    fd, tmp = tempfile.mkstemp(suffix=".ndjson", prefix="quicack-")
-    try:
-        first_record = None
-        with os.fdopen(fd, "wb") as out:
-            chunk = text[body_offset:]
-            total = body_offset
-            last_line_start = body_offset
-            tail = b""
-            while True:
-                if chunk:
-                    out.write(chunk)
-                    nl = chunk.rfind(b"\n")
-                    if nl >= 0:
-                        last_line_start = total + nl + 1
-                        tail = chunk[nl + 1:]
+    first_record = _first_record(text[body_offset:])
+    traces = [qlog.describe_trace(header, trace_headers[0], 0, _first_time(first_record, trace_headers[0]))]
+    source = Source(name, fmt, version, traces, size)
+    source._slices = _line_slices(source, stream, text, body_offset, compressed, fmt, unit)
+    source._diagnose = lambda e: _bad_record(path, name, unit, e)
+    return source
+
+
+def _line_slices(source: Source, stream, text: bytes, body_offset: int, compressed: bool, fmt: str,
+                 unit: str) -> Iterator[Slice]:
+    """Copy whole lines, record separators turned into newlines, into temporary files of about
+    SLICE_BYTES each; ``text`` is what was read already (separators replaced)."""
+    raw_file = stream.fileobj if compressed else stream
+    chunk_bytes = max(1, min(CHUNK_BYTES, SLICE_BYTES))
+    pending = text[body_offset:]
+    total = len(text)  # bytes of the (decompressed) stream read so far, up to the end of ``pending``
+    eof = False
+    with stream:
+        while pending or not eof:
+            fd, tmp = source._temp(".ndjson")
+            written = 0
+            with os.fdopen(fd, "wb") as out:
+                while True:
+                    cut = pending.rfind(b"\n", 0, max(SLICE_BYTES - written, 0)) + 1
+                    if not cut and not written:
+                        cut = pending.find(b"\n") + 1  # a record longer than a slice
+                    if cut:
+                        out.write(memoryview(pending)[:cut])
+                        written += cut
+                        pending = pending[cut:]
+                    if b"\n" in pending or eof:
+                        break  # the slice is full, or the stream is done
+                    try:
+                        raw = stream.read(chunk_bytes)
+                    except (OSError, EOFError) as e:
+                        source.warnings.append(f"{source.name}: stream ends with an error at {unit} {total}"
+                                               f" ({e}); kept the complete records before it")
+                        raw = b""
+                    if raw:
+                        total += len(raw)
+                        pending += raw.replace(RS, b"\n")
                     else:
-                        tail += chunk
-                    if first_record is None:
-                        first_record = _first_record(chunk)
-                    total += len(chunk)
-                try:
-                    raw = stream.read(CHUNK_BYTES)
-                except (OSError, EOFError) as e:
-                    warnings.append(f"{name}: stream ends with an error at {unit} {total} ({e}); "
-                                    "kept the complete records before it")
-                    raw = b""
-                if not raw:
-                    break
-                chunk = raw.replace(RS, b"\n")
-            if _incomplete_tail(tail):
-                out.truncate(last_line_start - body_offset)
-                record_start = last_line_start - (1 if fmt == "json-seq" else 0)  # at its RS
-                warnings.append(f"{name}: last record cut short at {unit} {record_start} "
-                                f"(file ends at {unit} {total}); kept every complete event before it")
-        if first_record is None and not trace_headers[0].get("events"):
-            raise QuicackError("qlog stream has a header but no events", name, f"{unit} {total}")
-        traces = [qlog.describe_trace(header, trace_headers[0], 0, _first_time(first_record, trace_headers[0]))]
-        layout = traces[0].layout
-        try:
-            if layout == ("object",):
-                _insert_objects(con, tmp, "newline_delimited", traces[0])
+                        eof = True
+                if eof and b"\n" not in pending:
+                    if pending.strip():
+                        if _incomplete_tail(pending):
+                            record_start = total - len(pending) - (1 if fmt == "json-seq" else 0)  # at its RS
+                            source.warnings.append(
+                                f"{source.name}: last record cut short at {unit} {record_start} (file ends at "
+                                f"{unit} {total}); kept every complete event before it")
+                        else:
+                            out.write(pending + b"\n")
+                            written += len(pending)
+                    pending = b""
+            if written:
+                yield Slice(0, tmp, "lines", source.size if eof and not pending
+                            else min(source.size, raw_file.tell()))
             else:
-                _insert_arrays(con, f"read_ndjson_objects('{_sql_path(tmp)}')", traces[0])
-        except duckdb.Error as e:
-            raise _bad_record(name, tmp, body_offset, unit, e) from None
-    finally:
-        os.unlink(tmp)
-    events = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
-    return Staged(fmt, version, traces, events, warnings)
+                _unlink(tmp)
 
 
-def _first_record(chunk: bytes):
-    for line in chunk.split(b"\n", 20)[:20]:
+def _first_record(body: bytes):
+    for line in body.split(b"\n", 20)[:20]:
         if line.strip():
             try:
                 return orjson.loads(line)
@@ -204,20 +293,25 @@ def _duck_message(e: Exception) -> str:
     return str(e).splitlines()[0][:300]
 
 
-def _bad_record(name: str, tmp: str, body_offset: int, unit: str, e: Exception) -> QuicackError:
-    """Name the first record DuckDB could not read (error path only: a Python scan is fine)."""
-    offset = body_offset
-    record = 1  # the header
-    with open(tmp, "rb") as f:
-        for line in f:
-            if line.strip():
-                record += 1
-                try:
-                    orjson.loads(line)
-                except orjson.JSONDecodeError as err:
-                    start = offset + len(line) - len(line.lstrip())
-                    return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
-            offset += len(line)
+def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
+    """Name the first record that is not JSON (error path only: a Python scan is fine)."""
+    offset = 0
+    record = 0
+    stream, _ = _open(path)
+    with stream:
+        try:
+            lines = stream.read().replace(RS, b"\n").splitlines(keepends=True)
+        except (OSError, EOFError):
+            lines = []
+    for line in lines:
+        if line.strip():
+            record += 1
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError as err:
+                start = offset + len(line) - len(line.lstrip())
+                return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
+        offset += len(line)
     return QuicackError(f"malformed event records: {_duck_message(e)}", name)
 
 
@@ -225,9 +319,158 @@ def _sql_path(p: str) -> str:
     return p.replace("'", "''")
 
 
-# --- whole JSON documents ---------------------------------------------------------------------
+# --- whole JSON documents, streamed -----------------------------------------------------------
 
-def _stage_json(con, name: str, data: bytes) -> Staged:
+_EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')
+_CUT = re.compile(rb'(?<=[}\]])\s*,')  # an element ends, another follows
+_END = re.compile(rb'(?<=[}\]])\s*\]|^\s*\]')  # an element ends and so does the array (or it is empty)
+
+
+class _Irregular(Exception):
+    """The streaming pass cannot follow this document; parse it whole instead."""
+
+
+def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None:
+    """Find the events arrays of a JSON document and cut them into slices, or None."""
+    source = Source(name, "json", "", [], size)
+    try:
+        with open(path, "rb") as f, con.cursor() as side:
+            skeleton, plan = _plan_json(source, f, size, side)
+        doc = orjson.loads(skeleton)
+        version = qlog.generation(doc)
+        trace_docs = qlog.traces_of(doc)
+    except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
+        source.close()
+        return None
+    with_events = [i for i, t in enumerate(trace_docs) if "events" in t]
+    if len(with_events) != len(plan) or any(trace_docs[i]["events"] != [] for i in with_events):
+        source.close()
+        return None
+    if not plan:
+        source.close()
+        raise QuicackError("qlog file holds no events", name, "byte 0")
+    traces = []
+    for index, trace in enumerate(trace_docs):
+        slices_of = plan[with_events.index(index)] if index in with_events else ([], None)
+        traces.append(qlog.describe_trace(doc, trace, index, _first_time(slices_of[1], trace)))
+    if not any(parts for parts, _ in plan):
+        source.close()
+        raise QuicackError("qlog file holds no events", name, "byte 0")
+    source.qlog_version = version
+    source.traces = traces
+    source._slices = iter([Slice(with_events[k], tmp, "array", done)
+                           for k, (parts, _) in enumerate(plan) for tmp, done in parts])
+    return source
+
+
+def _plan_json(source: Source, f, size: int, side) -> tuple[bytes, list]:
+    """One pass over the document: the skeleton (document with empty events arrays) and, per
+    events array, its slices as (temporary file, end offset) plus its first event."""
+    skeleton: list[bytes] = []
+    plan = []
+    pos = 0
+    while True:
+        m = _search(f, _EVENTS_KEY, pos, size)
+        if m is None:
+            f.seek(pos)
+            skeleton.append(f.read())
+            return b"".join(skeleton), plan
+        start, end = m
+        f.seek(pos)
+        skeleton.append(f.read(end - pos))
+        parts, first, close = _cut_array(source, f, end, size, side)
+        plan.append((parts, first))
+        pos = close  # the ']' closing the array goes into the skeleton
+
+
+def _search(f, pattern: re.Pattern, pos: int, size: int) -> tuple[int, int] | None:
+    """First match of ``pattern`` at or after ``pos`` (absolute start, end), reading in chunks."""
+    overlap = 256
+    while pos < size:
+        f.seek(pos)
+        chunk = f.read(CHUNK_BYTES)
+        m = pattern.search(chunk)
+        if m:
+            return pos + m.start(), pos + m.end()
+        if len(chunk) < CHUNK_BYTES:
+            return None
+        pos += len(chunk) - overlap
+    return None
+
+
+def _cut_array(source: Source, f, start: int, size: int, side):
+    """Cut the events array whose elements begin at ``start`` into checked slices.
+
+    Returns ([(temporary file, end offset)], first event or None, offset of the closing ']').
+    """
+    parts: list[tuple[str, int]] = []
+    first = None
+    cur = start
+    bound = _search(f, _EVENTS_KEY, start, size)
+    bound = bound[0] if bound else size
+    want = SLICE_BYTES
+    while True:
+        f.seek(cur)
+        window = f.read(min(want, bound - cur))
+        reaches_bound = cur + len(window) >= bound
+        if reaches_bound:
+            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window)], side)
+            if found is None:
+                raise _Irregular("no end of the events array")
+            cut, tmp, n = found
+            if n:
+                parts.append((tmp, cur + cut))
+                first = first if first is not None else _first_element(side, tmp)
+            else:
+                _unlink(tmp)
+            return parts, first, cur + cut
+        tail = window[-(1 << 16):]
+        base = len(window) - len(tail)
+        found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)], side)
+        if found is None:
+            if want >= 8 * SLICE_BYTES and want > MAX_OBJECT_BYTES:
+                raise _Irregular("no element boundary found")
+            want *= 2
+            continue
+        cut, tmp, _ = found
+        parts.append((tmp, cur + cut))
+        first = first if first is not None else _first_element(side, tmp)
+        cur += cut + 1
+        want = SLICE_BYTES
+
+
+def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int, str, int] | None:
+    """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array."""
+    if not cuts:
+        return None
+    fd, tmp = source._temp(".json")
+    with os.fdopen(fd, "wb") as out:
+        out.write(b"[")
+        out.write(memoryview(window)[:cuts[-1]])
+        for cut in reversed(cuts[-MAX_CUT_TRIES:]):
+            out.truncate(1 + cut)
+            out.seek(1 + cut)
+            out.write(b"]")
+            out.flush()
+            try:
+                n = side.execute(f"SELECT count(*) FROM read_json_objects('{_sql_path(tmp)}', "
+                                 f"format='array', maximum_object_size={MAX_OBJECT_BYTES})").fetchall()[0][0]
+            except duckdb.Error:
+                continue
+            return cut, tmp, n
+    _unlink(tmp)
+    return None
+
+
+def _first_element(side, tmp: str):
+    found = side.execute(f"SELECT json FROM read_json_objects('{_sql_path(tmp)}', format='array', "
+                         f"maximum_object_size={MAX_OBJECT_BYTES}) LIMIT 1").fetchall()
+    return orjson.loads(found[0][0]) if found else None
+
+
+# --- whole JSON documents, parsed at once (fallback) -------------------------------------------
+
+def _open_json_whole(name: str, data: bytes, size: int) -> Source:
     warnings: list[str] = []
     try:
         doc = orjson.loads(data)
@@ -238,6 +481,7 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
         doc, kept_until = doc
         warnings.append(f"{name}: JSON cut short at byte {len(data)}; kept every complete event "
                         f"up to byte {kept_until}")
+    del data
     if not isinstance(doc, dict):
         raise QuicackError("not a qlog file: top level is not a JSON object", name, "byte 0")
     try:
@@ -252,26 +496,25 @@ def _stage_json(con, name: str, data: bytes) -> Staged:
         events = trace.get("events") or []
         if not isinstance(events, list):
             raise QuicackError(f"trace {index}: events is not a list", name)
-        info = qlog.describe_trace(doc, trace, index, _first_time(events[0], trace) if events else None)
-        traces.append(info)
-        fd, tmp = tempfile.mkstemp(suffix=".json", prefix="quicack-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(orjson.dumps(events))
-            if info.layout == ("object",):
-                _insert_objects(con, tmp, "array", info)
-            else:
-                _insert_arrays(con, f"read_json_objects('{_sql_path(tmp)}', format='array')", info)
-        except duckdb.Error as e:
-            raise QuicackError(f"malformed events in trace {index}: {_duck_message(e)}", name) from None
-        finally:
-            os.unlink(tmp)
-    events = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
-    return Staged("json", version, traces, events, warnings)
+        traces.append(qlog.describe_trace(doc, trace, index, _first_time(events[0], trace) if events else None))
+    source = Source(name, "json", version, traces, size, warnings)
+    source._slices = _whole_slices(source, trace_docs)
+    return source
+
+
+def _whole_slices(source: Source, trace_docs: list[dict]) -> Iterator[Slice]:
+    for index, trace in enumerate(trace_docs):
+        events = trace.get("events") or []
+        if not events:
+            continue
+        fd, tmp = source._temp(".json")
+        with os.fdopen(fd, "wb") as out:
+            out.write(orjson.dumps(events))
+        trace["events"] = None
+        yield Slice(index, tmp, "array", source.size if index == len(trace_docs) - 1 else 0)
 
 
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-_EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')
 
 
 def _salvage(data: bytes):
@@ -311,47 +554,51 @@ def _salvage(data: bytes):
         return None
 
 
-# --- the SQL that fills ev --------------------------------------------------------------------
+# --- staging one slice into ev ------------------------------------------------------------------
 
-def _append(con, info: TraceInfo, raw_sql: str) -> None:
-    """Append one trace's events, in file order, to ``ev``.
-
-    ``raw_sql`` yields (time, name, data, group_id) in file order.  The table's ``rowid`` keeps
-    that order, so no window function is needed on the fast path; delta times (draft-era only)
-    need a running sum and take the slow one.
-    """
-    time = "TRY_CAST(time AS DOUBLE)"
+def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice) -> int:
+    """Replace the temporary table ``ev`` by the events of one slice; return how many."""
+    info = source.traces[part.trace_index]
+    if part.kind == "lines":
+        rows = (f"SELECT line AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(31), quote='', "
+                "escape='', header=false, auto_detect=false, columns={'line': 'VARCHAR'}, "
+                f"max_line_size={MAX_OBJECT_BYTES}, new_line='\\n') "
+                "WHERE line IS NOT NULL AND (ascii(line) > 32 OR trim(line) <> '')")
+    else:
+        rows = (f"SELECT json AS rec FROM read_json_objects('{_sql_path(part.path)}', format='array', "
+                f"maximum_object_size={MAX_OBJECT_BYTES})")
+    if info.layout == ("object",):
+        select = f"""SELECT s.time AS time, coalesce(s.name, s.category || ':' || coalesce(s.event, s.type)) AS name,
+                            s.group_id AS group_id, rec
+                     FROM (SELECT json_transform(rec, '{_EVENT_FIELDS}') AS s, rec FROM ({rows}))"""
+    else:
+        t, cat, evt, data, group = info.layout
+        name = f"(l[{cat + 1}] || ':' || l[{evt + 1}])" if cat >= 0 else f"l[{evt + 1}]"
+        select = f"""SELECT TRY_CAST(l[{t + 1}] AS DOUBLE) AS time, {name} AS name,
+                            {f'l[{group + 1}]' if group >= 0 else 'NULL'} AS group_id,
+                            '{{"data":' || coalesce(json_extract(rec, '$[{data}]'), 'null') || '}}' AS rec
+                     FROM (SELECT json_transform(rec, '["VARCHAR"]') AS l, rec FROM ({rows}))"""
+    time, order = "time", ""
     if info.time_format == "delta":
-        raw_sql = f"SELECT row_number() OVER () AS rn, * FROM ({raw_sql})"
-        time = f"sum({time}) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING)"
+        # Delta times (draft era) need a running sum, carried over from the previous slice.
+        carried = source._delta_sum.get(part.trace_index, 0.0)
+        select = f"SELECT row_number() OVER () AS rn, * FROM ({select})"
+        time = f"({carried!r} + sum(time) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING))"
         order = " ORDER BY rn"
-    else:
-        order = ""
-    select_sql = f"""
-        SELECT {info.trace_index}::INTEGER AS trace_index, coalesce(group_id, '') AS group_key,
-               {time} * {info.time_scale_ms!r} AS t_ms, coalesce(name, '') AS name, data
-        FROM ({raw_sql}){order}"""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ev' AND temporary").fetchall()[0][0]
-    if exists:
-        con.execute(f"INSERT INTO ev {select_sql}")
-    else:
-        con.execute(f"CREATE TEMP TABLE ev AS {select_sql}")
-
-
-def _insert_objects(con, tmp: str, fmt: str, info: TraceInfo) -> None:
-    source = (f"read_json('{_sql_path(tmp)}', format='{fmt}', maximum_object_size=33554432, "
-              "columns={'time': 'DOUBLE', 'name': 'VARCHAR', 'category': 'VARCHAR', "
-              "'event': 'VARCHAR', 'type': 'VARCHAR', 'data': 'JSON', 'group_id': 'VARCHAR'})")
-    _append(con, info, "SELECT time, coalesce(name, category || ':' || coalesce(event, type)) AS name, "
-                       f"data, group_id FROM {source}")
-
-
-def _insert_arrays(con, source: str, info: TraceInfo) -> None:
-    t, cat, ev, data, group = info.layout
-
-    def at(i: int) -> str:
-        return f"(json->>'$[{i}]')"
-    name = f"({at(cat)} || ':' || {at(ev)})" if cat >= 0 else at(ev)
-    group_sql = at(group) if group >= 0 else "NULL"
-    _append(con, info, f"SELECT {at(t)} AS time, {name} AS name, (json->'$[{data}]') AS data, "
-                       f"{group_sql} AS group_id FROM {source}")
+    try:
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE ev AS
+            SELECT coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
+                   coalesce(name, '') AS name, rec
+            FROM ({select}){order}""")
+    except duckdb.Error as e:
+        if source._diagnose is not None:
+            raise source._diagnose(e) from None
+        raise QuicackError(f"malformed events in trace {part.trace_index}: {_duck_message(e)}",
+                           source.name) from None
+    n = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
+    if info.time_format == "delta" and n:
+        last = con.execute("SELECT t_ms FROM ev WHERE rowid = (SELECT max(rowid) FROM ev)").fetchall()
+        if last[0][0] is not None:
+            source._delta_sum[part.trace_index] = last[0][0] / info.time_scale_ms
+    source.events += n
+    return n

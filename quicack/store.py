@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -25,6 +27,12 @@ from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
                      "dropped_packets", "timers", "other_events")
+
+#: Files up to this size are hashed before staging; larger ones while staging, in a thread.
+SYNC_HASH_BYTES = 8 << 20
+
+#: DuckDB memory limit while a file is ingested (a slice of reader.SLICE_BYTES needs about this).
+INGEST_MEMORY_LIMIT = "128MB"
 
 #: Upgrades from an older schema version to the next one; empty while there is one version.
 MIGRATIONS: dict[int, str] = {}
@@ -106,35 +114,84 @@ class Store:
 
     # --- ingest ------------------------------------------------------------------------------
 
-    def ingest(self, path: str | Path, reanalyze: bool = False) -> FileResult:
-        """Ingest one qlog file in one transaction.  A refused file is a result, not an exception."""
+    def ingest(self, path: str | Path, reanalyze: bool = False,
+               progress: Callable[[int], None] | None = None) -> FileResult:
+        """Ingest one qlog file in one transaction.  A refused file is a result, not an exception.
+
+        ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
+        previous call; by the time ingest returns the calls add up to the file size.
+        """
         path = Path(path)
         name = str(path)
+        reported = 0
+
+        def report(done: int) -> None:
+            nonlocal reported
+            if progress and done > reported:
+                progress(done - reported)
+                reported = done
+
         try:
-            with open(path, "rb") as f:
-                digest = hashlib.file_digest(f, "sha256").hexdigest()
             size = path.stat().st_size
+            # The SHA-256 of a large file is computed in a thread while the file is staged.
+            digest = _Digest(path, background=size > SYNC_HASH_BYTES)
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
-        previous = self.con.execute(
-            "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
-        if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
-            return FileResult(name, "unchanged")
+        try:
+            if digest.ready() and self._unchanged(digest.value(), reanalyze):
+                return FileResult(name, "unchanged")
+            return self._ingest(path, name, digest, reanalyze, report)
+        except OSError as e:
+            return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
+        finally:
+            digest.join()
+            report(size)
 
+    def _unchanged(self, digest: str, reanalyze: bool) -> bool:
+        previous = self._previous(digest)
+        return bool(previous) and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous)
+
+    def _previous(self, digest: str) -> list[tuple[int, int]]:
+        return self.con.execute(
+            "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
+
+    def _ingest(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
+        # DuckDB's buffer pool is capped while a file is ingested: what the transaction holds
+        # beyond the cap (rows not yet committed, per-slice scratch tables) goes to disk.
+        limit = self.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+        try:
+            return self._transaction(path, name, digest, reanalyze, report)
+        finally:
+            self.con.execute(f"SET memory_limit = '{limit}'")
+
+    def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
         self.con.execute("BEGIN")
         try:
-            for file_id, _ in previous:
-                self._delete_file(file_id)
-            staged = reader.stage(self.con, path)
-            normalize.load_traces(self.con, staged.traces)
-            file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
-            first_connection = self.con.execute(
-                "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
-            normalize.normalize(self.con, file_id, first_connection)
+            with reader.open_source(path, self.con) as source:
+                file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
+                first_connection = self.con.execute(
+                    "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
+                normalizer = normalize.Normalizer(self.con, source.traces, file_id, first_connection)
+                for part in source.slices():  # bounded slices, in file order
+                    reader.stage(self.con, source, part)
+                    normalizer.add(part.trace_index)
+                    report(part.done_bytes)
+                    if digest.ready() and self._unchanged(digest.value(), reanalyze):
+                        self.con.execute("ROLLBACK")
+                        return FileResult(name, "unchanged")
+                if not source.events:
+                    raise QuicackError("qlog stream has a header but no events", name)
+                normalizer.finish()
+            if self._unchanged(digest.value(), reanalyze):
+                self.con.execute("ROLLBACK")
+                return FileResult(name, "unchanged")
+            for previous_id, _ in self._previous(digest.value()):
+                self._delete_file(previous_id)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                file_id, name, digest, size, staged.format, staged.qlog_version, ANALYSIS_VERSION,
-                datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
-            result = self._file_result(file_id, name, staged.warnings)
+                file_id, name, digest.value(), source.size, source.format, source.qlog_version, ANALYSIS_VERSION,
+                datetime.now(timezone.utc).replace(tzinfo=None), source.events, source.warnings])
+            result = self._file_result(file_id, name, source.warnings)
             self.con.execute("COMMIT")
             return result
         except QuicackError as e:
@@ -187,3 +244,39 @@ class Store:
             self.con.execute(f"COPY {name} TO '{str(target).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
             written.append(target)
         return written
+
+
+class _Digest:
+    """The SHA-256 of a file, computed now or in a background thread (hashlib releases the GIL)."""
+
+    def __init__(self, path: Path, background: bool):
+        self._path = path
+        self._value: str | None = None
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True) if background else None
+        if self._thread:
+            self._thread.start()
+        else:
+            self._run()
+            if self._error:
+                raise self._error
+
+    def _run(self) -> None:
+        try:
+            with open(self._path, "rb") as f:
+                self._value = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as e:
+            self._error = e
+
+    def ready(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread:
+            self._thread.join()
+
+    def value(self) -> str:
+        self.join()
+        if self._error:
+            raise self._error
+        return self._value
