@@ -40,6 +40,8 @@ ROUTED_EVENTS = PACKET_EVENTS + ("parameters_set", "metrics_updated", "packet_lo
 # ack-eliciting frames elicit an ACK from the receiver ... ACK, PADDING, and CONNECTION_CLOSE
 # frames" are the exceptions).
 NON_ACK_ELICITING = ("ack", "padding", "connection_close")
+#: rows per Arrow batch of per-slice scratch tables (several batches: scans run in parallel)
+ARROW_BATCH_ROWS = 1 << 16
 #: frame types whose every field has a column; others keep the logged frame in frames.details
 FRAMES_WITH_COLUMNS = ("ack", "padding", "ping", "crypto", "stream")
 
@@ -140,6 +142,8 @@ class Normalizer:
         self.first_connection_id = first_connection_id
         self.connections = 0
         self.events = 0
+        self._scratch: dict = {}
+        self._e = ""
         self.seen: dict[int, int] = {}  # events per trace staged so far
         self.slices: dict[int, int] = {}  # slices per trace
         con.execute("""CREATE OR REPLACE TEMP TABLE conn (trace_index INTEGER, group_key VARCHAR,
@@ -153,23 +157,23 @@ class Normalizer:
 
     # --- one slice ------------------------------------------------------------------------------
 
-    def add(self, trace_index: int) -> None:
-        """Normalize the events staged in ``ev`` (all of trace ``trace_index``, in file order)."""
+    def add(self, trace_index: int, ev) -> None:
+        """Normalize one staged slice: ``ev``, an Arrow table from :func:`quicack.reader.stage`
+        (events of trace ``trace_index``, in file order)."""
         con = self.con
         t = self.traces[trace_index]
         offset = self.seen.get(trace_index, 0)
-        # rowid keeps file order; rows of a table created inside a transaction do not start at 0.
-        n, first_row = con.execute("SELECT count(*), min(rowid) FROM ev").fetchall()[0]
-        offset -= first_row or 0
-        self.seen[trace_index] = offset + (first_row or 0) + n
+        n = ev.num_rows
+        self.seen[trace_index] = offset + n
         self.slices[trace_index] = self.slices.get(trace_index, 0) + 1
         self.events += n
         if not n:
             return
+        self._scratch = {"slice_events": ev}
 
         # Canonical event names: few distinct names, mapped by the one Python rule.
         by_event: dict[str, list[str]] = {}
-        for (name,) in con.execute("SELECT DISTINCT name FROM ev").fetchall():
+        for (name,) in self._exec("SELECT DISTINCT name FROM slice_events").fetchall():
             by_event.setdefault(qlog.canonical_event(name), []).append(name)
 
         def named(*events: str) -> list[str]:
@@ -177,34 +181,32 @@ class Normalizer:
 
         # One connection per (trace, group): quinn writes all connections into one stream, told
         # apart by group_id.  A group first seen in this slice gets the next id, in file order.
-        con.execute("""CREATE OR REPLACE TEMP TABLE g AS
-            SELECT group_key, min(rowid) AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
-            FROM ev GROUP BY group_key""")
+        self._keep("slice_groups", """
+            SELECT group_key, min("row") AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
+            FROM slice_events GROUP BY group_key""")
         next_id = self.first_connection_id + self.connections
-        con.execute(f"""INSERT INTO conn
+        self._exec(f"""INSERT INTO conn
             SELECT {trace_index}, group_key, {next_id} - 1 + row_number() OVER (ORDER BY first_row),
                    {offset} + first_row, 0, lo, lo, hi, false, NULL, NULL, NULL, NULL, 0, NULL
-            FROM g WHERE group_key NOT IN (SELECT group_key FROM conn WHERE trace_index = {trace_index})""")
+            FROM slice_groups g WHERE group_key NOT IN (SELECT group_key FROM conn WHERE trace_index = {trace_index})""")
         self.connections = con.execute("SELECT count(*) FROM conn").fetchall()[0][0]
-        con.execute(f"""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
+        self._exec(f"""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
                                last_ms = greatest(conn.last_ms, g.hi)
-            FROM g WHERE conn.trace_index = {trace_index} AND conn.group_key = g.group_key""")
+            FROM slice_groups g WHERE conn.trace_index = {trace_index} AND conn.group_key = g.group_key""")
 
-        # Times count from the connection's time base: the earliest time of the slice it first
-        # appeared in (finish() shifts the rows if a later slice holds an earlier event).
+        # The events with their connection: ``e`` below is this query.  Times count from the
+        # connection's time base: the earliest time of the slice it first appeared in (finish()
+        # shifts the rows if a later slice holds an earlier event).
         epoch = "t_ms" if t.time_format == "absolute" else f"{_lit(t.reference_epoch_ms)} + t_ms"
-        one = con.execute(f"""SELECT any_value(c.connection_id), any_value(c.base_ms), count(*) FROM g
+        one = self._exec(f"""SELECT any_value(c.connection_id), any_value(c.base_ms), count(*) FROM slice_groups g
             JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = g.group_key""").fetchall()[0]
         if one[2] == 1:  # the common case: the whole slice is one connection
-            con.execute(f"""CREATE OR REPLACE TEMP VIEW e AS
-                SELECT {one[0]}::BIGINT AS connection_id, {offset} + rowid AS event_index, rowid AS ev_row, name, rec,
-                       t_ms, t_ms - {_lit(one[1])} AS time_ms, {epoch} AS epoch_ms
-                FROM ev""")
+            self._e = f"""(SELECT {one[0]}::BIGINT AS connection_id, {offset} + "row" AS event_index, name, rec,
+                                 t_ms, t_ms - {_lit(one[1])} AS time_ms, {epoch} AS epoch_ms FROM slice_events) e"""
         else:
-            con.execute(f"""CREATE OR REPLACE TEMP VIEW e AS
-                SELECT c.connection_id, {offset} + ev.rowid AS event_index, ev.rowid AS ev_row, ev.name, ev.rec,
-                       ev.t_ms, ev.t_ms - c.base_ms AS time_ms, {epoch} AS epoch_ms
-                FROM ev JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = ev.group_key""")
+            self._e = f"""(SELECT c.connection_id, {offset} + ev."row" AS event_index, ev.name, ev.rec, ev.t_ms,
+                                 ev.t_ms - c.base_ms AS time_ms, {epoch} AS epoch_ms
+                          FROM slice_events ev JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = ev.group_key) e"""
 
         # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
         # observer takes the side named by its flow ('client' unless it says otherwise).
@@ -215,12 +217,37 @@ class Normalizer:
         self._packets(named("packet_sent"), named(*PACKET_EVENTS), t, local)
         self._events(t, named)
         self._odcid(named("parameters_set"), named("connection_started"))
+        self._scratch = {}
+
+    def _exec(self, sql: str):
+        """Run ``sql`` with this slice's Arrow tables (``slice_events``, ``slice_groups``,
+        ``slice_packets``, ``slice_datagrams``) visible by name.
+
+        Scratch data lives in Python, not in temporary tables: a table replaced inside a
+        transaction keeps its old rows (and at least one block) until the transaction ends, so
+        per-slice tables would make memory grow with the file.  DuckDB finds the Arrow tables by
+        the names of the local variables of the frame that runs the query (its replacement scan
+        of Python objects), hence the locals below; keep the query in this frame.
+        """
+        slice_events = self._scratch.get("slice_events")  # noqa: F841 - read by DuckDB
+        slice_groups = self._scratch.get("slice_groups")  # noqa: F841
+        slice_packets = self._scratch.get("slice_packets")  # noqa: F841
+        slice_datagrams = self._scratch.get("slice_datagrams")  # noqa: F841
+        return self.con.execute(sql)
+
+    def _keep(self, name: str, sql: str) -> None:
+        """Run a query (as :meth:`_exec` does) and keep its result as the slice's Arrow table ``name``."""
+        slice_events = self._scratch.get("slice_events")  # noqa: F841 - read by DuckDB
+        slice_groups = self._scratch.get("slice_groups")  # noqa: F841
+        slice_packets = self._scratch.get("slice_packets")  # noqa: F841
+        slice_datagrams = self._scratch.get("slice_datagrams")  # noqa: F841
+        self._scratch[name] = self.con.sql(sql).to_arrow_table(ARROW_BATCH_ROWS)
 
     def _parameters(self, names: list[str], local: str, peer: str) -> None:
         if not names:
             return
         d = "d"
-        self.con.execute(f"""INSERT INTO tp_ev
+        self._exec(f"""INSERT INTO tp_ev
             SELECT connection_id, event_index, owner, CASE WHEN owner = 'local' THEN '{local}' ELSE '{peer}' END,
                    t_ms, {_num(f"{d}.max_ack_delay")}, {_num(f"{d}.ack_delay_exponent", "INTEGER")},
                    {_num(f"{d}.min_ack_delay")} / 1000.0, {_num(f"{d}.initial_max_data", "BIGINT")},
@@ -228,19 +255,19 @@ class Normalizer:
                    {_num(f"coalesce({d}.max_idle_timeout, {d}.idle_timeout)")},
                    {_num(f"{d}.active_connection_id_limit", "BIGINT")}, json_extract(rec, '$.data')
             FROM (SELECT *, coalesce(lower(d.owner), 'local') AS owner
-                  FROM (SELECT *, {_data("parameters")} AS d FROM e WHERE name IN {_in(names)}))""")
+                  FROM (SELECT *, {_data("parameters")} AS d FROM {self._e} WHERE name IN {_in(names)}))""")
 
     def _packets(self, sent: list[str], packet_names: list[str], t: TraceInfo, local: str) -> None:
         con = self.con
         if not packet_names:
-            con.execute("CREATE OR REPLACE TEMP TABLE p AS SELECT NULL::BIGINT AS connection_id, "
+            self._keep("slice_packets", "SELECT NULL::BIGINT AS connection_id, "
                         "NULL::BIGINT AS event_index, NULL::VARCHAR AS sender, NULL::VARCHAR AS packet_type, "
                         "NULL::VARCHAR AS dcid WHERE false")
             return
         peer = "client" if local == "server" else "server"
         is_sent = f"name IN {_in(sent)}"
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
-            SELECT connection_id, event_index, ev_row, time_ms, epoch_ms, t_ms,
+        self._keep("slice_packets", f"""
+            SELECT connection_id, event_index, time_ms, epoch_ms, t_ms,
                    CASE WHEN {is_sent} THEN 'sent' ELSE 'received' END AS direction,
                    CASE WHEN {is_sent} THEN '{local}' ELSE '{peer}' END AS sender,
                    packet_type, {_RANK.format(t='packet_type')} AS rank, packet_number, size_bytes,
@@ -248,17 +275,17 @@ class Normalizer:
                    len(list_filter(frames, lambda f: {_FRAME_TYPE} NOT IN {_in(list(NON_ACK_ELICITING))})) > 0
                        AS eliciting
             FROM (SELECT * EXCLUDE (raw_type), {_PACKET_TYPE.format(x='raw_type')} AS packet_type
-            FROM (SELECT connection_id, event_index, ev_row, time_ms, epoch_ms, t_ms, name,
+            FROM (SELECT connection_id, event_index, time_ms, epoch_ms, t_ms, name,
                          {_raw_packet_type('d')} AS raw_type, {_packet_number('d')} AS packet_number,
                          {_num("coalesce(d.raw.length, d.header.packet_size, d.packet_size, d.header.length)",
                                "INTEGER")} AS size_bytes,
                          {_num("coalesce(d.datagram_id, d.header.datagram_id)", "BIGINT")} AS logged_datagram_id,
                          d.header.scid AS scid, d.header.dcid AS dcid, d.frames AS frames
-                  FROM (SELECT *, {_data("packet")} AS d FROM e WHERE name IN {_in(packet_names)})))""")
+                  FROM (SELECT *, {_data("packet")} AS d FROM {self._e} WHERE name IN {_in(packet_names)})))""")
 
         # The client's CID: the source CID of the connection's first packet event.
-        con.execute("""UPDATE conn SET has_packet = true, client_cid = f.cid
-            FROM (SELECT connection_id, first(scid ORDER BY event_index) AS cid FROM p GROUP BY connection_id) f
+        self._exec("""UPDATE conn SET has_packet = true, client_cid = f.cid
+            FROM (SELECT connection_id, first(scid ORDER BY event_index) AS cid FROM slice_packets GROUP BY connection_id) f
             WHERE conn.connection_id = f.connection_id AND NOT conn.has_packet""")
         if t.sender_from_cids:
             # Without direction in the events, a long header's source CID equal to the one of the
@@ -267,10 +294,10 @@ class Normalizer:
             sender = """CASE WHEN p.scid IS NOT NULL
                              THEN CASE WHEN p.scid = c.client_cid THEN 'client' ELSE 'server' END
                              ELSE CASE WHEN p.dcid = c.client_cid THEN 'server' ELSE 'client' END END"""
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE p AS
+            self._keep("slice_packets", f"""
                 SELECT p.* REPLACE (CASE WHEN ({sender}) = '{local}' THEN 'sent' ELSE 'received' END AS direction,
                                     {sender} AS sender)
-                FROM p JOIN conn c USING (connection_id)""")
+                FROM slice_packets p JOIN conn c USING (connection_id)""")
 
         self._frames(t, packet_names)
 
@@ -279,7 +306,7 @@ class Normalizer:
         # earlier coalescing order (RFC 9000 §12.2).  The packet before a connection's first one in
         # this slice is the last one of the previous slice (carried in conn).
         # (The windows see only the few columns they need: wide rows make them slow.)
-        con.execute("""CREATE OR REPLACE TEMP TABLE pk AS
+        self._keep("slice_datagrams", """
             SELECT event_index, connection_id, direction, t_ms, rank, starts,
                    datagrams + sum(starts) OVER (PARTITION BY connection_id ORDER BY event_index
                                                  ROWS UNBOUNDED PRECEDING) - 1 AS derived_datagram_id
@@ -287,19 +314,19 @@ class Normalizer:
                          CASE WHEN coalesce(lag(p.direction) OVER w, c.last_direction) = p.direction
                                AND coalesce(lag(p.t_ms) OVER w, c.last_t) = p.t_ms
                                AND coalesce(lag(p.rank) OVER w, c.last_rank) < p.rank THEN 0 ELSE 1 END AS starts
-                  FROM p JOIN conn c USING (connection_id)
+                  FROM slice_packets p JOIN conn c USING (connection_id)
                   WINDOW w AS (PARTITION BY p.connection_id ORDER BY p.event_index))""")
-        con.execute(f"""INSERT INTO packets
+        self._exec(f"""INSERT INTO packets
             SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, p.direction, p.sender, p.packet_type,
                    {_SPACE.format(t='p.packet_type')}, p.packet_number, p.size_bytes,
                    coalesce(p.logged_datagram_id, pk.derived_datagram_id),
                    CASE WHEN p.frame_count > 0 THEN p.eliciting END, p.frame_count
-            FROM p JOIN pk USING (event_index)""")
-        con.execute("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
+            FROM slice_packets p JOIN slice_datagrams pk USING (event_index)""")
+        self._exec("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
                                datagrams = conn.datagrams + l.starts
             FROM (SELECT connection_id, arg_max(direction, event_index) AS direction,
                          arg_max(t_ms, event_index) AS t_ms, arg_max(rank, event_index) AS rank,
-                         sum(starts) AS starts FROM pk GROUP BY connection_id) l
+                         sum(starts) AS starts FROM slice_datagrams GROUP BY connection_id) l
             WHERE conn.connection_id = l.connection_id""")
 
     def _frames(self, t: TraceInfo, packet_names: list[str]) -> None:
@@ -316,16 +343,16 @@ class Normalizer:
         else:
             decoded = (f"{value} * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3 "
                        "ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0")
-            tp_join = f"""JOIN p USING (event_index)
+            tp_join = f"""JOIN slice_packets p USING (event_index)
                           LEFT JOIN ({_TP_EXPONENT}) tp
                           ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender"""
         with_columns = _in(list(FRAMES_WITH_COLUMNS))
-        self.con.execute(f"""INSERT INTO frames
+        self._exec(f"""INSERT INTO frames
             WITH fl AS (
                 SELECT connection_id, event_index, rec, unnest(frames) AS f,
                        generate_subscripts(frames, 1) - 1 AS position
                 FROM (SELECT connection_id, event_index, rec, {_data("frames")}.frames AS frames
-                      FROM e WHERE name IN {_in(packet_names)})),
+                      FROM {self._e} WHERE name IN {_in(packet_names)})),
             ft AS (
                 SELECT fl.*, {_FRAME_TYPE} AS frame_type,
                        list_transform(f.acked_ranges, lambda r: [r[1], coalesce(r[2], r[1])]) AS ranges
@@ -360,52 +387,52 @@ class Normalizer:
         rtt = f"* {scale} * {_lit(t.metric_scale_ms)}"
         metrics = named("metrics_updated")
         if metrics:
-            con.execute(f"""INSERT INTO logged_metrics
+            self._exec(f"""INSERT INTO logged_metrics
                 SELECT connection_id, event_index, time_ms,
                        {_num("d.latest_rtt")} {rtt}, {_num("d.min_rtt")} {rtt}, {_num("d.smoothed_rtt")} {rtt},
                        {_num("coalesce(d.rtt_variance, d.rttvar, d.rtt_var)")} {rtt},
                        {_num("d.pto_count", "INTEGER")}, {_num("coalesce(d.congestion_window, d.cwnd)", "BIGINT")},
                        {_num("d.bytes_in_flight", "BIGINT")}
-                FROM (SELECT *, {_data("metrics")} AS d FROM e WHERE name IN {_in(metrics)})""")
+                FROM (SELECT *, {_data("metrics")} AS d FROM {self._e} WHERE name IN {_in(metrics)})""")
         lost = named("packet_lost")
         if lost:
-            con.execute(f"""INSERT INTO lost_packets
+            self._exec(f"""INSERT INTO lost_packets
                 SELECT connection_id, event_index, time_ms, {_packet_type('d')},
                        {_SPACE.format(t=_packet_type('d'))}, {_packet_number('d')}, d.trigger
-                FROM (SELECT *, {_data("lost")} AS d FROM e WHERE name IN {_in(lost)})""")
+                FROM (SELECT *, {_data("lost")} AS d FROM {self._e} WHERE name IN {_in(lost)})""")
         dropped = named("packet_dropped")
         if dropped:
-            con.execute(f"""INSERT INTO dropped_packets
+            self._exec(f"""INSERT INTO dropped_packets
                 SELECT connection_id, event_index, time_ms, {_packet_type('d')}, {_packet_number('d')},
                        {_num("coalesce(d.raw.length, d.packet_size, d.header.packet_size)", "INTEGER")},
                        coalesce(d.trigger, d.details)
-                FROM (SELECT *, {_data("dropped")} AS d FROM e WHERE name IN {_in(dropped)})""")
+                FROM (SELECT *, {_data("dropped")} AS d FROM {self._e} WHERE name IN {_in(dropped)})""")
         timers = named("loss_timer_updated", "timer_updated")
         if timers:
-            con.execute(f"""INSERT INTO timers
+            self._exec(f"""INSERT INTO timers
                 SELECT connection_id, event_index, time_ms, d.timer_type, coalesce(d.event_type, d.type),
                        coalesce(d.packet_number_space, d.pn_space), {_num("d.delta")} * {scale}
-                FROM (SELECT *, {_data("timer")} AS d FROM e WHERE name IN {_in(timers)})""")
+                FROM (SELECT *, {_data("timer")} AS d FROM {self._e} WHERE name IN {_in(timers)})""")
         routed = named(*ROUTED_EVENTS)
-        con.execute(f"""INSERT INTO other_events
+        self._exec(f"""INSERT INTO other_events
             SELECT connection_id, event_index, time_ms, name, json_extract(rec, '$.data')
-            FROM e WHERE {f"name NOT IN {_in(routed)}" if routed else "true"}""")
+            FROM {self._e} WHERE {f"name NOT IN {_in(routed)}" if routed else "true"}""")
 
     def _odcid(self, parameters: list[str], started: list[str]) -> None:
         """The first ODCID candidate in file order: a server's original_destination_connection_id,
         connection_started's destination CID, or the DCID of the client's first Initial."""
-        candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM p "
+        candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM slice_packets "
                       "WHERE sender = 'client' AND packet_type = 'initial'"]
         if parameters:
             candidates.append(f"""SELECT connection_id, event_index,
                 json_transform(rec, '{{"data": {{"original_destination_connection_id": "VARCHAR"}}}}')
                     .data.original_destination_connection_id
-                FROM e WHERE name IN {_in(parameters)}""")
+                FROM {self._e} WHERE name IN {_in(parameters)}""")
         if started:
             candidates.append(f"""SELECT connection_id, event_index,
                        coalesce(d.original_destination_connection_id, d.dst_cid, d.dcid)
-                FROM (SELECT *, {_data("started")} AS d FROM e WHERE name IN {_in(started)})""")
-        self.con.execute(f"""UPDATE conn SET odcid = o.odcid
+                FROM (SELECT *, {_data("started")} AS d FROM {self._e} WHERE name IN {_in(started)})""")
+        self._exec(f"""UPDATE conn SET odcid = o.odcid
             FROM (SELECT connection_id, arg_min(odcid, event_index) AS odcid
                   FROM ({' UNION ALL '.join(candidates)}) WHERE odcid IS NOT NULL GROUP BY connection_id) o
             WHERE conn.connection_id = o.connection_id AND conn.odcid IS NULL""")
@@ -472,8 +499,8 @@ class Normalizer:
         self.drop()
 
     def drop(self) -> None:
-        self.con.execute("DROP VIEW IF EXISTS e")
-        for table in ("conn", "tp_ev", "tr", "g", "p", "pk", "ev"):
+        self._scratch = {}
+        for table in ("conn", "tp_ev", "tr"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
 
 

@@ -43,10 +43,12 @@ from . import qlog
 from .model import QuicackError, TraceInfo
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
-SLICE_BYTES = 32 << 20
+SLICE_BYTES = 16 << 20
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
 MAX_OBJECT_BYTES = 32 << 20
+#: rows per Arrow batch of a staged slice (several batches: DuckDB scans them in parallel)
+ARROW_BATCH_ROWS = 1 << 16
 RS = b"\x1e"
 #: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
 MAX_CUT_TRIES = 64
@@ -556,8 +558,8 @@ def _salvage(data: bytes):
 
 # --- staging one slice into ev ------------------------------------------------------------------
 
-def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice) -> int:
-    """Replace the temporary table ``ev`` by the events of one slice; return how many."""
+def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
+    """The events of one slice as an Arrow table (row, group_key, t_ms, name, rec), in file order."""
     info = source.traces[part.trace_index]
     if part.kind == "lines":
         rows = (f"SELECT line AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(31), quote='', "
@@ -578,27 +580,24 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice) -> int:
                             {f'l[{group + 1}]' if group >= 0 else 'NULL'} AS group_id,
                             '{{"data":' || coalesce(json_extract(rec, '$[{data}]'), 'null') || '}}' AS rec
                      FROM (SELECT json_transform(rec, '["VARCHAR"]') AS l, rec FROM ({rows}))"""
-    time, order = "time", ""
+    select = f"SELECT row_number() OVER () - 1 AS \"row\", * FROM ({select})"
+    time = "time"
     if info.time_format == "delta":
         # Delta times (draft era) need a running sum, carried over from the previous slice.
         carried = source._delta_sum.get(part.trace_index, 0.0)
-        select = f"SELECT row_number() OVER () AS rn, * FROM ({select})"
-        time = f"({carried!r} + sum(time) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING))"
-        order = " ORDER BY rn"
+        time = f"({carried!r} + sum(time) OVER (ORDER BY \"row\" ROWS UNBOUNDED PRECEDING))"
     try:
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE ev AS
-            SELECT coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
-                   coalesce(name, '') AS name, rec
-            FROM ({select}){order}""")
+        ev = con.sql(f"""SELECT "row", coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
+                                coalesce(name, '') AS name, rec
+                         FROM ({select})""").to_arrow_table(ARROW_BATCH_ROWS)
     except duckdb.Error as e:
         if source._diagnose is not None:
             raise source._diagnose(e) from None
         raise QuicackError(f"malformed events in trace {part.trace_index}: {_duck_message(e)}",
                            source.name) from None
-    n = con.execute("SELECT count(*) FROM ev").fetchall()[0][0]
-    if info.time_format == "delta" and n:
-        last = con.execute("SELECT t_ms FROM ev WHERE rowid = (SELECT max(rowid) FROM ev)").fetchall()
-        if last[0][0] is not None:
-            source._delta_sum[part.trace_index] = last[0][0] / info.time_scale_ms
-    source.events += n
-    return n
+    if info.time_format == "delta" and ev.num_rows:
+        last = ev.column("t_ms")[ev.num_rows - 1].as_py()
+        if last is not None:
+            source._delta_sum[part.trace_index] = last / info.time_scale_ms
+    source.events += ev.num_rows
+    return ev

@@ -31,8 +31,10 @@ CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metric
 #: Files up to this size are hashed before staging; larger ones while staging, in a thread.
 SYNC_HASH_BYTES = 8 << 20
 
-#: DuckDB memory limit while a file is ingested (a slice of reader.SLICE_BYTES needs about this).
-INGEST_MEMORY_LIMIT = "128MB"
+#: DuckDB settings while a file is ingested: the buffer pool is capped (a slice of
+#: reader.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
+#: file early) and the allocator hands freed memory back sooner.
+INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB"}
 
 #: Upgrades from an older schema version to the next one; empty while there is one version.
 MIGRATIONS: dict[int, str] = {}
@@ -158,12 +160,14 @@ class Store:
     def _ingest(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
         # DuckDB's buffer pool is capped while a file is ingested: what the transaction holds
         # beyond the cap (rows not yet committed, per-slice scratch tables) goes to disk.
-        limit = self.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-        self.con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+        saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in INGEST_SETTINGS}
+        for k, v in INGEST_SETTINGS.items():
+            self.con.execute(f"SET {k} = '{v}'")
         try:
             return self._transaction(path, name, digest, reanalyze, report)
         finally:
-            self.con.execute(f"SET memory_limit = '{limit}'")
+            for k, v in saved.items():
+                self.con.execute(f"SET {k} = '{v}'")
 
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
         self.con.execute("BEGIN")
@@ -174,8 +178,7 @@ class Store:
                     "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
                 normalizer = normalize.Normalizer(self.con, source.traces, file_id, first_connection)
                 for part in source.slices():  # bounded slices, in file order
-                    reader.stage(self.con, source, part)
-                    normalizer.add(part.trace_index)
+                    normalizer.add(part.trace_index, reader.stage(self.con, source, part))
                     report(part.done_bytes)
                     if digest.ready() and self._unchanged(digest.value(), reanalyze):
                         self.con.execute("ROLLBACK")
