@@ -249,8 +249,8 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                             written += len(pending)
                     pending = b""
             if written:
-                yield Slice(0, tmp, "lines", source.size if eof and not pending
-                            else min(source.size, raw_file.tell()))
+                done = raw_file.tell() if compressed else total - len(pending)
+                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done))
             else:
                 _unlink(tmp)
 
@@ -417,6 +417,11 @@ def _cut_array(source: Source, f, start: int, size: int, side):
         reaches_bound = cur + len(window) >= bound
         if reaches_bound:
             found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window)], side)
+            if found is None and bound < size:
+                # The "events" key found next was inside an event: look up to the one after it.
+                following = _search(f, _EVENTS_KEY, bound + 1, size)
+                bound = following[0] if following else size
+                continue
             if found is None:
                 raise _Irregular("no end of the events array")
             cut, tmp, n = found

@@ -1,0 +1,210 @@
+"""Ingesting in bounded slices: a file cut into many slices gives exactly the rows of one slice.
+
+quicack.reader cuts a file into slices of about SLICE_BYTES and quicack.normalize carries what a
+slice needs from the earlier ones (connection ids, event indexes, time base, datagram counter and
+last packet, client CID, transport parameters, ODCID).  Every test here ingests the same file
+twice — once as one slice (a SLICE_BYTES larger than the file), once cut into many — and
+compares every row of every table; the expected rows are thus those of the one-slice ingest,
+which the other test modules check against the files' own content.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import DATA, RS, rows, write_json, write_seq
+from quicack import Store, ingest, reader
+from quicack.store import table_names
+
+TRACES = sorted(p for p in DATA.rglob("*") if p.is_file() and p.suffix in (".qlog", ".sqlog", ".txt")
+                and p.name != "LICENSE.txt")
+
+
+def snapshot(store: Store) -> dict[str, list]:
+    """Every row of every table, less what differs between two ingests of one file by design."""
+    out = {}
+    for t in table_names():
+        if t == "files":
+            out[t] = store.con.execute("SELECT content_sha256, size_bytes, format, qlog_version, events, warnings "
+                                       "FROM files ORDER BY ALL").fetchall()
+        elif t != "store_meta":
+            out[t] = store.con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+    return out
+
+
+def ingest_with(path: Path, tmp_path: Path, name: str, slice_bytes: int, monkeypatch, chunk_bytes=None):
+    """Ingest ``path`` into a fresh store with the given slice size; return (result, snapshot, slices)."""
+    staged = []
+    real_stage = reader.stage
+
+    def counting_stage(con, source, part):
+        staged.append(part)
+        return real_stage(con, source, part)
+    with monkeypatch.context() as m:
+        m.setattr(reader, "SLICE_BYTES", slice_bytes)
+        if chunk_bytes:
+            m.setattr(reader, "CHUNK_BYTES", chunk_bytes)
+        m.setattr(reader, "stage", counting_stage)
+        with Store(tmp_path / f"{name}.duckdb") as store:
+            result = store.ingest(path)
+            return result, snapshot(store), len(staged)
+
+
+def assert_same_rows_in_slices(path: Path, tmp_path: Path, monkeypatch, slice_bytes: int, min_slices: int = 3,
+                               chunk_bytes=None):
+    whole, whole_rows, one = ingest_with(path, tmp_path, "whole", 1 << 40, monkeypatch)
+    cut, cut_rows, many = ingest_with(path, tmp_path, "cut", slice_bytes, monkeypatch, chunk_bytes)
+    assert whole.status == "ingested", whole.error
+    assert many >= min(min_slices, one + 1) and many > one  # one slice per trace, unless cut
+    assert (cut.status, cut.error, cut.warnings) == (whole.status, whole.error, whole.warnings)
+    for table in whole_rows:
+        assert cut_rows[table] == whole_rows[table], table
+    return whole_rows
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[str(p.relative_to(DATA)) for p in TRACES])
+def test_every_shared_trace_gives_the_same_rows_in_many_slices(tmp_path, monkeypatch, path):
+    # About eight slices per file: every generation, layout (object/array events, one line or
+    # pretty-printed), several traces per file, network vantage (sender from CIDs), raw ACK delays.
+    assert_same_rows_in_slices(path, tmp_path, monkeypatch, max(256, path.stat().st_size // 8))
+
+
+def _events(n: int, groups: int = 1) -> list[dict]:
+    """n packet events (alternately sent/received, coalesced pairs) with metrics and an unknown event."""
+    out = []
+    for i in range(n):
+        g = f"g{i % groups}" if groups > 1 else None
+        t = float(i // 2)  # two packets at each time: Initial then Handshake coalesce
+        kind = "initial" if i % 2 == 0 else "handshake"
+        frames = [{"frame_type": "ack", "ack_delay": 2, "acked_ranges": [[0, i]]},
+                  {"frame_type": "crypto", "offset": i * 10, "length": 10},
+                  {"frame_type": "new_token", "token": "ab},{cd]"}]
+        ev = {"time": t, "name": "transport:packet_sent" if i % 4 < 2 else "transport:packet_received",
+              "data": {"header": {"packet_type": kind, "packet_number": i, "scid": "c1" if i % 4 < 2 else "s1",
+                                  "dcid": "s1" if i % 4 < 2 else "c1"}, "frames": frames}}
+        out.append(ev | ({"group_id": g} if g else {}))
+        out.append({"time": t, "name": "recovery:metrics_updated", "data": {"smoothed_rtt": 10 + i, "cwnd": 1000},
+                    **({"group_id": g} if g else {})})
+        if i % 7 == 0:
+            out.append({"time": t, "name": "transport:something_new", "data": {"i": i, "nested": {"events": [1]}},
+                        **({"group_id": g} if g else {})})
+    return out
+
+
+SEQ_HEADER = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "neqo", "type": "client"},
+                        "common_fields": {"reference_time": 1_700_000_000_000}}}
+
+
+def test_json_seq_records_cut_by_slices_and_reads(tmp_path, monkeypatch):
+    # 64-byte reads and 700-byte slices: records straddle both boundaries; three connections
+    # (group_id) interleave, so every slice carries state for each of them.
+    path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(120, groups=3))
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 700, min_slices=20, chunk_bytes=64)
+    assert len(got["connections"]) == 3 and len(got["packets"]) == 120
+    assert len(got["frames"]) == 360 and len(got["other_events"]) == 18
+
+
+def test_a_json_document_cut_into_slices_with_brackets_inside_strings(tmp_path, monkeypatch):
+    # Strings holding "},{" and "]" and a nested "events" key must not fool the cutter.
+    doc = {"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "title": 'a "}]}, {" title', "events": _events(40)},
+        {"vantage_point": {"type": "server"}, "events": []},
+        {"vantage_point": {"type": "server"}, "events": _events(30)}]}
+    path = write_json(tmp_path / "t.qlog", doc)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 500, min_slices=10)
+    assert len(got["connections"]) == 2 and len(got["packets"]) == 70  # a trace without events has none
+    details = {d for (*_, d) in got["frames"] if d is not None}
+    assert details == {'{"frame_type":"new_token","token":"ab},{cd]"}'}
+
+
+def test_the_streamed_json_document_gives_the_rows_of_a_whole_parse(tmp_path, monkeypatch):
+    # The fallback (orjson parses the document at once) and the streamed cut agree.
+    doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "server"}, "events": _events(50)}]}
+    path = tmp_path / "pretty.qlog"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    streamed, streamed_rows, _ = ingest_with(path, tmp_path, "streamed", 400, monkeypatch)
+    monkeypatch.setattr(reader, "_open_json_streaming", lambda *a: None)
+    whole, whole_rows, slices = ingest_with(path, tmp_path, "whole", 400, monkeypatch)
+    assert slices == 1 and streamed.status == whole.status == "ingested"
+    assert streamed_rows == whole_rows
+
+
+def test_an_event_earlier_than_the_first_slice_shifts_the_connection_times(tmp_path, monkeypatch):
+    # time_ms counts from the connection's earliest event even when that event comes late in the
+    # file (out-of-order logging): the rows written by earlier slices are shifted.
+    events = _events(30)
+    events.append({"time": -5.0, "name": "transport:packet_received", "data": {
+        "header": {"packet_type": "1RTT", "packet_number": 99}, "frames": [{"frame_type": "ping"}]}})
+    path = write_seq(tmp_path / "late.sqlog", SEQ_HEADER, events)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 600)
+    assert min(r[2] for r in got["packets"]) == 0.0  # time_ms of the late, earliest packet
+    assert got["connections"][0][12] == len(events)
+
+
+def test_a_raw_ack_delay_is_decoded_with_an_exponent_logged_in_a_later_slice(tmp_path, monkeypatch):
+    # neqo logs the encoded ACK Delay; the server's exponent (5) is logged only at the end of the
+    # file, after the ACKs: a 1-RTT ACK's delay is 100 * 2^5 µs whether or not it shares a slice.
+    events = [{"time": float(i), "name": "transport:packet_received",
+               "data": {"header": {"packet_type": "1RTT", "packet_number": i},
+                        "frames": [{"frame_type": "ack", "ack_delay": 100, "acked_ranges": [[0, i]]}]}}
+              for i in range(20)]
+    events.append({"time": 30.0, "name": "transport:parameters_set",
+                   "data": {"owner": "remote", "ack_delay_exponent": 5}})
+    path = write_seq(tmp_path / "neqo.sqlog", SEQ_HEADER, events)
+    assert_same_rows_in_slices(path, tmp_path, monkeypatch, 500)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 500)
+    with Store(tmp_path / "check.duckdb") as store:
+        store.ingest(path)
+        delays = rows(store, "SELECT DISTINCT ack_delay_ms, ack_delay_raw FROM frames")
+    assert delays == [{"ack_delay_ms": pytest.approx(3.2), "ack_delay_raw": 100}]
+
+
+def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_keeps_the_store(tmp_path, monkeypatch):
+    records = [RS + orjson.dumps(SEQ_HEADER) + b"\n"] + [RS + orjson.dumps(e) + b"\n" for e in _events(40)]
+    bad_at = sum(len(r) for r in records[:60]) + 1  # the record's text, after its RS
+    records.insert(60, RS + b'{"time": 1, "name": oops}\n')
+    path = tmp_path / "bad.sqlog"
+    path.write_bytes(b"".join(records))
+    monkeypatch.setattr(reader, "SLICE_BYTES", 600)
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest(write_seq(tmp_path / "good.sqlog", SEQ_HEADER, _events(4)))
+        before = snapshot(store)
+        result = store.ingest(path)
+        assert result.status == "refused"
+        assert result.error.startswith(f"{path} at byte {bad_at}: malformed record 61: ")
+        assert snapshot(store) == before
+
+
+def test_progress_is_reported_within_a_large_file(tmp_path, monkeypatch):
+    seq = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(200))
+    doc = write_json(tmp_path / "t.qlog", {"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "events": _events(200)}]})
+    monkeypatch.setattr(reader, "SLICE_BYTES", 4000)
+    calls: list[tuple[str, int]] = []
+    summary = ingest.analyze([seq, doc], db=tmp_path / "p.duckdb", progress=lambda p, n: calls.append((p.name, n)))
+    assert [f.status for f in summary.files] == ["ingested", "ingested"]
+    for path in (seq, doc):
+        steps = [n for name, n in calls if name == path.name]
+        assert len(steps) >= path.stat().st_size // 4000 - 1  # once per slice, not once per file
+        assert all(n > 0 for n in steps)
+        assert sum(steps) == path.stat().st_size
+
+
+def test_a_large_file_hashed_while_staging_is_still_skipped_when_unchanged(tmp_path, monkeypatch):
+    from quicack import store as store_module
+    monkeypatch.setattr(store_module, "SYNC_HASH_BYTES", 0)  # always hash in the background
+    monkeypatch.setattr(reader, "SLICE_BYTES", 2000)
+    path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(60))
+    with Store(tmp_path / "h.duckdb") as store:
+        assert store.ingest(path).status == "ingested"
+        before = snapshot(store)
+        assert store.ingest(path).status == "unchanged"
+        assert snapshot(store) == before
+        again = store.ingest(path, reanalyze=True)
+        assert again.status == "ingested"
+        assert {t: len(v) for t, v in snapshot(store).items()} == {t: len(v) for t, v in before.items()}
+        assert rows(store, "SELECT count(*) AS n FROM files") == [{"n": 1}]
