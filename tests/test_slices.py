@@ -100,10 +100,10 @@ SEQ_HEADER = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
 
 
 def test_json_seq_records_cut_by_slices_and_reads(tmp_path, monkeypatch):
-    # 64-byte reads and 700-byte slices: records straddle both boundaries; three connections
+    # 64-byte reads and 2500-byte slices: records straddle both boundaries; three connections
     # (group_id) interleave, so every slice carries state for each of them.
     path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(120, groups=3))
-    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 700, min_slices=20, chunk_bytes=64)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 2500, min_slices=10, chunk_bytes=64)
     assert len(got["connections"]) == 3 and len(got["packets"]) == 120
     assert len(got["frames"]) == 360 and len(got["other_events"]) == 18
 
@@ -115,7 +115,7 @@ def test_a_json_document_cut_into_slices_with_brackets_inside_strings(tmp_path, 
         {"vantage_point": {"type": "server"}, "events": []},
         {"vantage_point": {"type": "server"}, "events": _events(30)}]}
     path = write_json(tmp_path / "t.qlog", doc)
-    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 500, min_slices=10)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 1500, min_slices=8)
     assert len(got["connections"]) == 2 and len(got["packets"]) == 70  # a trace without events has none
     details = {d for (*_, d) in got["frames"] if d is not None}
     assert details == {'{"frame_type":"new_token","token":"ab},{cd]"}'}
@@ -126,9 +126,9 @@ def test_the_streamed_json_document_gives_the_rows_of_a_whole_parse(tmp_path, mo
     doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "server"}, "events": _events(50)}]}
     path = tmp_path / "pretty.qlog"
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    streamed, streamed_rows, _ = ingest_with(path, tmp_path, "streamed", 400, monkeypatch)
+    streamed, streamed_rows, _ = ingest_with(path, tmp_path, "streamed", 2000, monkeypatch)
     monkeypatch.setattr(reader, "_open_json_streaming", lambda *a: None)
-    whole, whole_rows, slices = ingest_with(path, tmp_path, "whole", 400, monkeypatch)
+    whole, whole_rows, slices = ingest_with(path, tmp_path, "whole", 2000, monkeypatch)
     assert slices == 1 and streamed.status == whole.status == "ingested"
     assert streamed_rows == whole_rows
 
@@ -140,7 +140,7 @@ def test_an_event_earlier_than_the_first_slice_shifts_the_connection_times(tmp_p
     events.append({"time": -5.0, "name": "transport:packet_received", "data": {
         "header": {"packet_type": "1RTT", "packet_number": 99}, "frames": [{"frame_type": "ping"}]}})
     path = write_seq(tmp_path / "late.sqlog", SEQ_HEADER, events)
-    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 600)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 1500)
     assert min(r[2] for r in got["packets"]) == 0.0  # time_ms of the late, earliest packet
     assert got["connections"][0][12] == len(events)
 
@@ -169,7 +169,7 @@ def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_keeps_the_stor
     records.insert(60, RS + b'{"time": 1, "name": oops}\n')
     path = tmp_path / "bad.sqlog"
     path.write_bytes(b"".join(records))
-    monkeypatch.setattr(reader, "SLICE_BYTES", 600)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 1500)
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest(write_seq(tmp_path / "good.sqlog", SEQ_HEADER, _events(4)))
         before = snapshot(store)
@@ -183,13 +183,13 @@ def test_progress_is_reported_within_a_large_file(tmp_path, monkeypatch):
     seq = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(200))
     doc = write_json(tmp_path / "t.qlog", {"qlog_version": "0.3", "traces": [
         {"vantage_point": {"type": "client"}, "events": _events(200)}]})
-    monkeypatch.setattr(reader, "SLICE_BYTES", 4000)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 8000)
     calls: list[tuple[str, int]] = []
     summary = ingest.analyze([seq, doc], db=tmp_path / "p.duckdb", progress=lambda p, n: calls.append((p.name, n)))
     assert [f.status for f in summary.files] == ["ingested", "ingested"]
     for path in (seq, doc):
         steps = [n for name, n in calls if name == path.name]
-        assert len(steps) >= path.stat().st_size // 4000 - 1  # once per slice, not once per file
+        assert len(steps) >= path.stat().st_size // 8000 - 1  # once per slice, not once per file
         assert all(n > 0 for n in steps)
         assert sum(steps) == path.stat().st_size
 
@@ -197,7 +197,7 @@ def test_progress_is_reported_within_a_large_file(tmp_path, monkeypatch):
 def test_a_large_file_hashed_while_staging_is_still_skipped_when_unchanged(tmp_path, monkeypatch):
     from quicack import store as store_module
     monkeypatch.setattr(store_module, "SYNC_HASH_BYTES", 0)  # always hash in the background
-    monkeypatch.setattr(reader, "SLICE_BYTES", 2000)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 4000)
     path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(60))
     with Store(tmp_path / "h.duckdb") as store:
         assert store.ingest(path).status == "ingested"
