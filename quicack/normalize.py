@@ -41,7 +41,7 @@ ROUTED_EVENTS = PACKET_EVENTS + ("parameters_set", "metrics_updated", "packet_lo
 # frames" are the exceptions).
 NON_ACK_ELICITING = ("ack", "padding", "connection_close")
 #: rows per Arrow batch of per-slice scratch tables (several batches: scans run in parallel)
-ARROW_BATCH_ROWS = 1 << 16
+ARROW_BATCH_ROWS = 1 << 14
 #: frame types whose every field has a column; others keep the logged frame in frames.details
 FRAMES_WITH_COLUMNS = ("ack", "padding", "ping", "crypto", "stream")
 

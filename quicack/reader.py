@@ -38,6 +38,7 @@ from pathlib import Path
 
 import duckdb
 import orjson
+import pyarrow as pa
 
 from . import qlog
 from .model import QuicackError, TraceInfo
@@ -47,8 +48,11 @@ SLICE_BYTES = 16 << 20
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
 MAX_OBJECT_BYTES = 32 << 20
+#: longest line read with DuckDB's CSV reader in parallel; a slice with longer lines is read
+#: with MAX_OBJECT_BYTES (and on fewer threads)
+LINE_BYTES = 2 << 20
 #: rows per Arrow batch of a staged slice (several batches: DuckDB scans them in parallel)
-ARROW_BATCH_ROWS = 1 << 16
+ARROW_BATCH_ROWS = 1 << 14
 RS = b"\x1e"
 #: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
 MAX_CUT_TRIES = 64
@@ -63,6 +67,7 @@ class Slice:
     path: str  # temporary file holding the slice
     kind: str  # 'lines': one record per line; 'array': a JSON array of events
     done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
+    long_lines: bool = False  # a line may exceed LINE_BYTES
 
 
 @dataclass
@@ -215,6 +220,7 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
         while pending or not eof:
             fd, tmp = source._temp(".ndjson")
             written = 0
+            long_lines = False
             with os.fdopen(fd, "wb") as out:
                 while True:
                     cut = pending.rfind(b"\n", 0, max(SLICE_BYTES - written, 0)) + 1
@@ -222,6 +228,7 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         cut = pending.find(b"\n") + 1  # a record longer than a slice
                     if cut:
                         out.write(memoryview(pending)[:cut])
+                        long_lines = long_lines or _has_long_line(pending, cut)
                         written += cut
                         pending = pending[cut:]
                     if b"\n" in pending or eof:
@@ -247,12 +254,21 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         else:
                             out.write(pending + b"\n")
                             written += len(pending)
+                            long_lines = long_lines or len(pending) >= LINE_BYTES // 2
                     pending = b""
             if written:
                 done = raw_file.tell() if compressed else total - len(pending)
-                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done))
+                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done),
+                            long_lines)
             else:
                 _unlink(tmp)
+
+
+def _has_long_line(buf: bytes, end: int) -> bool:
+    """Whether buf[:end] (whole lines) may hold a line of LINE_BYTES or more: some aligned
+    window of half that size without a newline (a few find() calls per slice)."""
+    step = LINE_BYTES // 2
+    return any(buf.find(b"\n", i, min(i + step, end)) < 0 for i in range(0, end, step))
 
 
 def _first_record(body: bytes):
@@ -567,9 +583,12 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
     """The events of one slice as an Arrow table (row, group_key, t_ms, name, rec), in file order."""
     info = source.traces[part.trace_index]
     if part.kind == "lines":
+        # The CSV reader splits its input into buffers of a few max_line_size each, read in
+        # parallel: a small max_line_size unless the slice has long lines.
+        line_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
         rows = (f"SELECT line AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(31), quote='', "
                 "escape='', header=false, auto_detect=false, columns={'line': 'VARCHAR'}, "
-                f"max_line_size={MAX_OBJECT_BYTES}, new_line='\\n') "
+                f"max_line_size={line_bytes}, new_line='\\n') "
                 "WHERE line IS NOT NULL AND (ascii(line) > 32 OR trim(line) <> '')")
     else:
         rows = (f"SELECT json AS rec FROM read_json_objects('{_sql_path(part.path)}', format='array', "
@@ -585,16 +604,18 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
                             {f'l[{group + 1}]' if group >= 0 else 'NULL'} AS group_id,
                             '{{"data":' || coalesce(json_extract(rec, '$[{data}]'), 'null') || '}}' AS rec
                      FROM (SELECT json_transform(rec, '["VARCHAR"]') AS l, rec FROM ({rows}))"""
-    select = f"SELECT row_number() OVER () - 1 AS \"row\", * FROM ({select})"
     time = "time"
     if info.time_format == "delta":
         # Delta times (draft era) need a running sum, carried over from the previous slice.
         carried = source._delta_sum.get(part.trace_index, 0.0)
-        time = f"({carried!r} + sum(time) OVER (ORDER BY \"row\" ROWS UNBOUNDED PRECEDING))"
+        select = f"SELECT row_number() OVER () AS rn, * FROM ({select})"
+        time = f"({carried!r} + sum(time) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING))"
     try:
-        ev = con.sql(f"""SELECT "row", coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
+        # Without ORDER BY, DuckDB keeps the input order (preserve_insertion_order), in parallel.
+        ev = con.sql(f"""SELECT coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
                                 coalesce(name, '') AS name, rec
-                         FROM ({select})""").to_arrow_table(ARROW_BATCH_ROWS)
+                         FROM ({select}){" ORDER BY rn" if info.time_format == "delta" else ""}
+                      """).to_arrow_table(ARROW_BATCH_ROWS)
     except duckdb.Error as e:
         if source._diagnose is not None:
             raise source._diagnose(e) from None
@@ -605,4 +626,4 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
         if last is not None:
             source._delta_sum[part.trace_index] = last / info.time_scale_ms
     source.events += ev.num_rows
-    return ev
+    return ev.append_column("row", pa.array(range(ev.num_rows), pa.int64()))
