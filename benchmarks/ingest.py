@@ -6,7 +6,10 @@ of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-
 and packet numbers, then ingests each into a fresh store in a child process and reports wall time
 (whatever analysis `quicack analyze` runs included) and that process's peak RSS.
 
-    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 150] [--workdir DIR]
+    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 150] [--runs 2] [--workdir DIR]
+
+Each file is ingested --runs times (a fresh store each time); every run is printed, then the best.
+The machine is shared: compare the best runs, and rerun when another job was busy.
 
 Targets (issue 2): >= 100 MB/s for JSON-SEQ, peak memory below the file size.
 """
@@ -110,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-mb", type=float, default=300)
     parser.add_argument("--json-mb", type=float, default=150)
+    parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="quicack-bench-"))
@@ -120,14 +124,23 @@ def main() -> None:
     for label, path, build, mb in cases:
         built_events = build(path, mb)
         size_mb = path.stat().st_size / 1e6
-        r = measure(path, workdir)
-        if r["status"] != "ingested" or r["events"] != built_events:
-            print(f"{label}: FAILED {r}")
-            continue
-        print(f"{label:8} {size_mb:8.1f} MB {r['events']:>10,} events {r['packets']:>10,} packets  "
-              f"{r['wall_s']:6.2f} s  {size_mb / r['wall_s']:7.1f} MB/s  {r['events'] / r['wall_s']:>10,.0f} events/s  "
-              f"peak RSS {r['peak_rss_mb']:7.1f} MB ({r['peak_rss_mb'] / size_mb:.2f} x file size)")
+        runs = []
+        for i in range(args.runs):
+            r = measure(path, workdir)
+            if r["status"] != "ingested" or r["events"] != built_events:
+                print(f"{label}: FAILED {r}")
+                break
+            runs.append(r)
+            _print(f"{label} run {i + 1}", size_mb, r)
+        if runs:
+            _print(f"{label} best", size_mb, min(runs, key=lambda r: r["wall_s"]))
         path.unlink()
+
+
+def _print(label: str, size_mb: float, r: dict) -> None:
+    print(f"{label:14} {size_mb:7.1f} MB {r['events']:>10,} events {r['packets']:>9,} packets  "
+          f"{r['wall_s']:6.2f} s  {size_mb / r['wall_s']:6.1f} MB/s  {r['events'] / r['wall_s']:>9,.0f} events/s  "
+          f"peak RSS {r['peak_rss_mb']:6.1f} MB ({r['peak_rss_mb'] / size_mb:.2f} x file size)")
 
 
 if __name__ == "__main__":
