@@ -313,24 +313,29 @@ def _duck_message(e: Exception) -> str:
 
 def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
     """Name the first record that is not JSON (error path only: a Python scan is fine)."""
-    offset = 0
+    offset = 0  # of the line being read
     record = 0
+    carry = b""
     stream, _ = _open(path)
     with stream:
-        try:
-            lines = stream.read().replace(RS, b"\n").splitlines(keepends=True)
-        except (OSError, EOFError):
-            lines = []
-    for line in lines:
-        if line.strip():
-            record += 1
+        while True:
             try:
-                orjson.loads(line)
-            except orjson.JSONDecodeError as err:
-                start = offset + len(line) - len(line.lstrip())
-                return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
-        offset += len(line)
-    return QuicackError(f"malformed event records: {_duck_message(e)}", name)
+                chunk = stream.read(CHUNK_BYTES)
+            except (OSError, EOFError):
+                chunk = b""
+            lines = (carry + chunk.replace(RS, b"\n")).split(b"\n")
+            carry = lines.pop() if chunk else b""
+            for line in lines:
+                if line.strip():
+                    record += 1
+                    try:
+                        orjson.loads(line)
+                    except orjson.JSONDecodeError as err:
+                        start = offset + len(line) - len(line.lstrip())
+                        return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
+                offset += len(line) + 1
+            if not chunk:
+                return QuicackError(f"malformed event records: {_duck_message(e)}", name)
 
 
 def _sql_path(p: str) -> str:
