@@ -35,11 +35,13 @@ def _fail(e: QuicackError) -> None:
 def main() -> None:
     """quicack: measure how QUIC endpoints acknowledge packets.
 
-    Ingest qlog traces into a DuckDB store (analyze), export it (export), or run the demo.
+    Ingest qlog traces and packet captures into a DuckDB store (analyze), cross-check two views
+    of one connection (compare), export the store (export), or run the demo.
     """
 
 
-def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool) -> Summary:
+def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
+                 quic_ports: tuple[int, ...] = ()) -> Summary:
     files = ingest.expand(paths)
     total = sum(f.stat().st_size for f in files)
     show = not quiet and err.is_terminal and (len(files) > 1 or total > 20_000_000)
@@ -49,7 +51,8 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool) -> Summary:
 
         def step(path: Path, size: int) -> None:
             bar.update(task, advance=size, description=path.name[:40])
-        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step)
+        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step, keylog=keylog,
+                              quic_ports=quic_ports)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
@@ -78,20 +81,82 @@ def _print_summary(summary: Summary, db: str) -> None:
 @click.option("--reanalyze", is_flag=True,
               help="Ingest files again even if this analysis version already holds them.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def analyze(paths, db, reanalyze, quiet):
-    """Ingest qlog traces (files or folders, searched recursively) into the store.
+@click.option("--keylog", type=click.Path(exists=True, dir_okay=False),
+              help="TLS key log (SSLKEYLOGFILE format) decrypting the captures; default: a "
+                   "<capture>.keys, keys.log or sslkeylog file beside each capture.")
+@click.option("--quic-port", "quic_ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
+              help="Decode this UDP port as QUIC in captures (repeatable); tshark's heuristics "
+                   "find QUIC on most ports by themselves.")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports):
+    """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
-    or NDJSON, each optionally gzipped.  Each file is ingested in its own transaction; a file
-    already ingested (same SHA-256, same analysis version) is skipped.  Exits 1 if any file was
-    refused; the others are still stored.
+    or NDJSON, and pcap/pcapng captures (decrypted and dissected by tshark), each optionally
+    gzipped.  Captures are decrypted with --keylog, a key log beside them, or the Decryption
+    Secrets Block of a pcapng; without secrets only Initial packets decrypt (the summary says
+    what was not decrypted).  Each file is ingested in its own transaction; a file already
+    ingested (same SHA-256, same analysis version, same key log) is skipped.  Exits 1 if any
+    file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports)
     except QuicackError as e:
         _fail(e)
     _print_summary(summary, db)
     sys.exit(1 if summary.count("refused") else 0)
+
+
+@main.command()
+@click.argument("a", type=click.Path(exists=True, dir_okay=False))
+@click.argument("b", type=click.Path(exists=True, dir_okay=False))
+@click.option("--keylog", type=click.Path(exists=True, dir_okay=False),
+              help="TLS key log for a capture among A and B (default: one beside it).")
+@click.option("--tolerance-ms", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Largest time difference accepted for a packet.")
+@click.option("--strict", is_flag=True,
+              help="Apply the tolerance to received packets too (by default a qlog may log a "
+                   "received packet later than the capture saw it, never earlier).")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
+              help="Differences listed per connection.")
+def compare(a, b, keylog, tolerance_ms, strict, limit):
+    """Cross-check two views of the same connection(s), e.g. a capture and a qlog.
+
+    Both files are ingested into a temporary in-memory store, connections are paired by
+    original destination connection ID, and packets by (sender, packet number space, packet
+    number).  Lists packets only one side has, different packet types, frame lists (ACK ranges,
+    ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
+    when the views agree, 1 when they differ or a file cannot be read.
+    """
+    from .compare import compare_files
+
+    with Store(":memory:") as store:
+        results = [store.ingest(path, keylog=keylog) for path in (a, b)]
+        for r in results:
+            for w in r.warnings:
+                click.echo(f"warning: {w}", err=True)
+            if r.error:
+                _fail(QuicackError(r.error))
+        try:
+            pairs = compare_files(store.con, 1, 2, tolerance_ms, strict)
+        except QuicackError as e:
+            _fail(e)
+    failed = False
+    for pair in pairs:
+        click.echo(f"connection {pair.odcid or '?'}: A {pair.a_vantage}, B {pair.b_vantage}: "
+                   f"{pair.matched} packets in both, {pair.only_a} only in A, {pair.only_b} only in B")
+        for sender, (n, med_abs, max_abs, med) in pair.time_stats.items():
+            click.echo(f"  {sender}-sent packets: time B − A median {med:+.3f} ms, "
+                       f"|B − A| median {med_abs:.3f} ms, max {max_abs:.3f} ms ({n} packets)")
+        if pair.ok:
+            click.echo("  no differences")
+            continue
+        failed = True
+        click.echo(f"  {len(pair.differences)} differences:")
+        for d in pair.differences[:limit]:
+            click.echo(f"    {d.sender} {d.space or '-'} pn {d.packet_number}: {d.detail}")
+        if len(pair.differences) > limit:
+            click.echo(f"    … {len(pair.differences) - limit} more (--limit)")
+    sys.exit(1 if failed else 0)
 
 
 @main.command()
