@@ -16,11 +16,15 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import duckdb
-import polars as pl
 
 from . import capture, normalize, pcap, reader
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
+
+if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
+    import polars as pl
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
