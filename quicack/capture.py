@@ -490,7 +490,10 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         SELECT m.connection_id, p.event_index, ((m.epoch_s - c.first_s) * 1000)::DOUBLE,
                (m.epoch_s * 1000)::DOUBLE,
                CASE WHEN m.sender = 'client' THEN 'sent' ELSE 'received' END, m.sender,
-               p.packet_type, {_SPACE.replace('packet_type', 'p.packet_type')}, p.packet_number, p.size_bytes,
+               p.packet_type, {_SPACE.replace('packet_type', 'p.packet_type')},
+               -- a payload that did not decrypt does not vouch for the header protection
+               -- removal either (wrong Initial keys give a random packet number)
+               CASE WHEN NOT p.undecrypted THEN p.packet_number END, p.size_bytes,
                p.frame_number, p.eliciting, p.frame_count
         FROM c_pkt p JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
         WHERE {kept}""")

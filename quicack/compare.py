@@ -58,15 +58,18 @@ def _vantage_side(con, connection_id: int) -> str | None:
 
 
 def pair_connections(con: duckdb.DuckDBPyConnection, file_a: int, file_b: int) -> list[tuple[int, int]]:
-    """Connections of two files with the same ODCID (or the only one of each file)."""
+    """Connections of two files with the same ODCID (or the only one of each file, if one of them
+    has no ODCID)."""
     pairs = con.execute("""
         SELECT a.connection_id, b.connection_id FROM connections a JOIN connections b USING (odcid)
         WHERE a.file_id = ? AND b.file_id = ? AND odcid IS NOT NULL ORDER BY 1, 2""", [file_a, file_b]).fetchall()
     if pairs:
         return pairs
-    a = con.execute("SELECT connection_id FROM connections WHERE file_id = ?", [file_a]).fetchall()
-    b = con.execute("SELECT connection_id FROM connections WHERE file_id = ?", [file_b]).fetchall()
-    if len(a) == 1 and len(b) == 1:
+    # A trace that does not know its ODCID (a capture that missed the handshake) can still be
+    # compared when each file holds one connection.
+    a = con.execute("SELECT connection_id, odcid FROM connections WHERE file_id = ?", [file_a]).fetchall()
+    b = con.execute("SELECT connection_id, odcid FROM connections WHERE file_id = ?", [file_b]).fetchall()
+    if len(a) == 1 and len(b) == 1 and (a[0][1] is None or b[0][1] is None):
         return [(a[0][0], b[0][0])]
     return []
 
