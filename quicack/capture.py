@@ -241,26 +241,25 @@ def _frame_columns(at) -> str:
 
 
 def _batch_frames(con) -> None:
-    frame_cols = [column(f) for f in FRAME_FIELDS]
     # A "simple" datagram: one packet and at most one frame per family (no field repeats), as
-    # nearly every packet of a transfer.  Its fields are read as they are.
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_s AS
-        SELECT p.frame_number, p.idx, p.event_index, p.packet_type, fi, (fi - 1)::INTEGER AS position,
-               TRY_CAST(t AS BIGINT) AS type_value, d.*
-        FROM (SELECT frame_number, unnest(string_split(quic_frame_type, ',')) AS t,
-                     generate_subscripts(string_split(quic_frame_type, ','), 1) AS fi,
-                     {", ".join(frame_cols)}
-              FROM cd_b WHERE simple AND quic_frame_type IS NOT NULL) d
-        JOIN cp_b p USING (frame_number)""")
+    # nearly every packet of a transfer.  Its fields are single values: cast once per datagram,
+    # then picked per frame by type.
+    kinds = {f: "DOUBLE" if f == "quic.af.request_max_ack_delay" else "BIGINT" for f in FRAME_FIELDS}
 
     def single(field: str, family: str, kind: str = "BIGINT") -> str:
-        return f"CASE WHEN {_FAMILIES[family].replace('type_value', 'f.type_value')} THEN TRY_CAST(f.{column(field)} AS {kind}) END"
+        return f"CASE WHEN {_FAMILIES[family].replace('type_value', 'f.type_value')} THEN f.v_{column(field)} END"
 
     # ACK ranges (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each
     # further range lies Gap + 2 below the smallest of the previous one.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_b AS
-        SELECT frame_number, idx, event_index, packet_type, fi, position, type_value, frame_type, largest,
-               ack_delay_raw,
+        WITH d AS (SELECT frame_number, string_split(quic_frame_type, ',') AS types,
+                          {", ".join(f"TRY_CAST({column(f)} AS {k}) AS v_{column(f)}" for f, k in kinds.items())}
+                   FROM cd_b WHERE simple AND quic_frame_type IS NOT NULL),
+             f AS (SELECT p.event_index, p.packet_type, e.*, TRY_CAST(e.t AS BIGINT) AS type_value
+                   FROM (SELECT *, unnest(types) AS t, generate_subscripts(types, 1) AS fi FROM d) e
+                   JOIN cp_b p USING (frame_number))
+        SELECT frame_number, 1::BIGINT AS idx, event_index, packet_type, fi, (fi - 1)::INTEGER AS position,
+               type_value, frame_type, largest, ack_delay_raw,
                CASE WHEN frame_type = 'ack' THEN
                     CASE WHEN coalesce(range_count, 0) = 0 THEN [[largest - first_range, largest]]
                          ELSE [[largest - first_range - gap - 2 - len, largest - first_range - gap - 2],
@@ -268,9 +267,9 @@ def _batch_frames(con) -> None:
                END AS ranges,
                ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
                request_max_ack_delay_ms, details
-        FROM (SELECT f.*, {_frame_columns(single)},
-                     TRY_CAST(f.quic_ack_gap AS BIGINT) AS gap, TRY_CAST(f.quic_ack_ack_range AS BIGINT) AS len
-              FROM cf_s f)""")
+        FROM (SELECT f.frame_number, f.event_index, f.packet_type, f.fi, f.type_value, {_frame_columns(single)},
+                     f.v_quic_ack_gap AS gap, f.v_quic_ack_ack_range AS len
+              FROM f)""")
 
     # Other datagrams: the k-th frame of a family takes the k-th value of the family's fields.
     if not con.execute("SELECT count(*) FROM cd_b WHERE NOT simple AND quic_frame_type IS NOT NULL").fetchall()[0][0]:
@@ -554,7 +553,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_s", "cf_b", "cf_g", "dconn", "ck",
+    for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
                   "dmap", "cstart"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
