@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import os
 import signal
 import socket
 import struct

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from . import ingest
+from .compare import compare_files
 from .model import QuicackError, Summary
 from .store import Store
 
@@ -127,8 +128,6 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
     ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
     when the views agree, 1 when they differ or a file cannot be read.
     """
-    from .compare import compare_files
-
     with Store(":memory:") as store:
         results = [store.ingest(path, keylog=keylog) for path in (a, b)]
         for r in results:
@@ -136,6 +135,8 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
                 click.echo(f"warning: {w}", err=True)
             if r.error:
                 _fail(QuicackError(r.error))
+        if results[1].status == "unchanged":
+            _fail(QuicackError("A and B hold the same bytes: nothing to compare", b))
         try:
             pairs = compare_files(store.con, 1, 2, tolerance_ms, strict)
         except QuicackError as e:

@@ -1,9 +1,11 @@
 """Reading packet captures through tshark into DuckDB: the I/O edge of the pcap path.
 
 Theory of operation: tshark (Wireshark's dissector, Debian package ``tshark``) decrypts and
-dissects the capture once, streaming ``-T fields`` rows — one row per captured frame, every
-field's occurrences joined by commas — into a temporary TSV file that DuckDB reads in C++ into the
-temporary table ``dg`` (one row per frame, lists as text).  No per-packet Python runs.
+dissects the capture once and streams ``-T fields`` rows — one row per captured frame, every
+field's occurrences joined by commas — through a pipe.  A thread empties the pipe; every few MB of
+rows are parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
+:func:`quicack.capture.stage_batch`, which turns them into rows with DuckDB while tshark goes on
+dissecting.  No per-packet Python runs.
 
 ``-T fields`` flattens the QUIC packets coalesced in one UDP datagram: the frame types of an
 Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua postdissector
@@ -183,13 +185,7 @@ def find_keylog(path: Path) -> Path | None:
     return others[0] if len(others) == 1 else None
 
 
-@dataclass(frozen=True)
-class Tshark:
-    path: str
-    version: str  # e.g. "4.0.17"
-
-
-_tshark_cache: dict[str, Tshark] = {}
+_versions: dict[str, str] = {}
 
 
 def tshark_binary() -> str:
@@ -204,7 +200,7 @@ def tshark_binary() -> str:
 def tshark_version(binary: str) -> str:
     """The version tshark reports (``tshark --version``), cached per binary.  Ingest reads it
     from the Lua script instead (one tshark start less, ~0.3 s)."""
-    if binary not in _tshark_cache:
+    if binary not in _versions:
         try:
             out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -215,8 +211,8 @@ def tshark_version(binary: str) -> str:
         if tuple(int(x) for x in m.groups()[:2]) < MIN_TSHARK:
             raise QuicackError(f"tshark {'.'.join(m.groups())} is too old: quicack needs tshark ≥ "
                                f"{'.'.join(map(str, MIN_TSHARK))} (QUIC v1/v2 field names)")
-        _tshark_cache[binary] = Tshark(binary, ".".join(m.groups()))
-    return _tshark_cache[binary].version
+        _versions[binary] = ".".join(m.groups())
+    return _versions[binary]
 
 
 # --- staging ---------------------------------------------------------------------------------
@@ -387,6 +383,12 @@ def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], wo
     if returncode != 0:
         if frames and ("cut short" in message or "truncated" in message.lower()):
             warnings.append(f"{path}: {message}; kept every complete frame before it")
+        elif "quicack.layout" in message:
+            raise QuicackError(f"this tshark runs no Lua scripts (needed to split coalesced packets): {message}",
+                               str(path))
+        elif "aren't valid" in message:
+            raise QuicackError(f"tshark does not know fields quicack reads (tshark ≥ "
+                               f"{'.'.join(map(str, MIN_TSHARK))} needed): {message}", str(path))
         else:
             raise QuicackError(f"tshark cannot read the capture: {message or 'exit status ' + str(returncode)}",
                                str(path))

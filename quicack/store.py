@@ -15,7 +15,6 @@ import re
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import duckdb
