@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -19,15 +20,30 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import normalize, reader
+from . import analysis, normalize, reader
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
-                     "dropped_packets", "timers", "other_events")
+                     "dropped_packets", "timers", "other_events", "rtt_samples")
 
-#: Upgrades from an older schema version to the next one; empty while there is one version.
-MIGRATIONS: dict[int, str] = {}
+
+def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """An additive upgrade: every column the DDL has and the stored table lacks is added (NULL in
+    old rows; ``quicack analyze --reanalyze`` fills them).  New tables come from the DDL itself."""
+    for table, columns in schema_columns().items():
+        have = {name for (name,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
+        if not have:
+            continue  # a new table: created by the DDL
+        for name, definition in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
+
+
+#: Upgrades from an older schema version to the next one.
+#: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _add_missing_columns}
 
 
 def schema_sql() -> str:
@@ -40,6 +56,20 @@ def schema_sql() -> str:
 
 def table_names() -> list[str]:
     return re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql())
+
+
+def schema_columns() -> dict[str, list[tuple[str, str]]]:
+    """Table → [(column, type definition)] as the DDL declares them."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", schema_sql(), re.S):
+        columns = []
+        for line in body.splitlines():
+            line = line.split("--", 1)[0].strip().rstrip(",")
+            if line:
+                name, definition = line.split(None, 1)
+                columns.append((name, definition.replace(" PRIMARY KEY", "")))
+        tables[table] = columns
+    return tables
 
 
 class Store:
@@ -94,7 +124,7 @@ class Store:
                 if version not in MIGRATIONS:
                     raise QuicackError(f"store has schema version {version} and no upgrade to "
                                        f"{SCHEMA_VERSION} exists; re-create it", self.path)
-                self.con.execute(MIGRATIONS[version])
+                MIGRATIONS[version](self.con)
                 version += 1
             self.con.execute(schema_sql())
             self.con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
@@ -131,6 +161,7 @@ class Store:
             first_connection = self.con.execute(
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             normalize.normalize(self.con, file_id, first_connection)
+            analysis.analyze(self.con, first_connection)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 file_id, name, digest, size, staged.format, staged.qlog_version, ANALYSIS_VERSION,
                 datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
