@@ -68,7 +68,7 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
             continue
         endpoint, is_client, pto_observable = view
         result = recovery.replay(_replay_events(con, cid, endpoint), is_client=is_client,
-                                 pto_observable=pto_observable)
+                                 pto_observable=pto_observable, sent=_sent_log(con, cid, endpoint))
         _insert_samples(con, cid, result)
         replays.append((cid, endpoint, result, handshakes.get(cid)))
     _update_replay_columns(con, replays)
@@ -200,22 +200,25 @@ def _replay_view(con, cid: int) -> tuple[str, bool, bool] | None:
     return endpoint, endpoint == "client", bool(pto_observable)
 
 
-_EVENT_SQL = """
-    -- kind order within one event: 0 sent, 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
-    SELECT event_index, 0 AS k, time_ms, packet_number_space AS space, packet_number AS pn,
-           coalesce(ack_eliciting, true) AS eliciting, NULL::BIGINT[][] AS ranges, NULL::DOUBLE AS delay
+_SENT_SQL = """
+    SELECT packet_number_space, packet_number, time_ms, coalesce(ack_eliciting, true), event_index
     FROM packets WHERE connection_id = $cid AND sender = $me AND packet_number IS NOT NULL
                    AND packet_number_space IS NOT NULL
-    UNION ALL
-    SELECT f.event_index, 1, p.time_ms, p.packet_number_space, NULL, NULL, f.acked_ranges, f.ack_delay_ms
+    ORDER BY packet_number_space, packet_number, event_index
+"""
+
+_EVENT_SQL = """
+    -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
+    SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space, NULL::BIGINT AS pn,
+           f.acked_ranges AS ranges, f.ack_delay_ms AS value
     FROM frames f JOIN packets p USING (connection_id, event_index)
     WHERE f.connection_id = $cid AND f.frame_type = 'ack' AND p.sender <> $me
           AND p.packet_number_space IS NOT NULL
     UNION ALL
-    SELECT event_index, 2, time_ms, packet_number_space, packet_number, NULL, NULL, NULL
+    SELECT event_index, 2, time_ms, packet_number_space, packet_number, NULL, NULL
     FROM lost_packets WHERE connection_id = $cid AND packet_number IS NOT NULL AND packet_number_space IS NOT NULL
     UNION ALL
-    SELECT min(event_index), 3, time_ms, NULL, NULL, NULL, NULL, NULL FROM (
+    SELECT min(event_index), 3, time_ms, NULL, NULL, NULL, NULL FROM (
         SELECT event_index, time_ms FROM timers WHERE connection_id = $cid
                AND lower(coalesce(timer_type, '')) IN ('pto', 'probe') AND lower(event_type) = 'expired'
         UNION ALL
@@ -223,56 +226,69 @@ _EVENT_SQL = """
                AND NOT EXISTS (SELECT 1 FROM timers WHERE connection_id = $cid)) GROUP BY time_ms
     UNION ALL
     -- RFC 9001 §4.9.1: "a client MUST discard Initial keys when it first sends a Handshake packet
-    -- and a server MUST discard Initial keys when it first successfully processes a Handshake packet"
-    SELECT min(event_index), 4, arg_min(time_ms, event_index), 'initial', NULL, NULL, NULL, NULL
-    -- (both: the first client Handshake packet, sent by one, received by the other)
+    -- and a server MUST discard Initial keys when it first successfully processes a Handshake
+    -- packet": for both, the first Handshake packet of the client
+    SELECT min(event_index), 4, arg_min(time_ms, event_index), 'initial', NULL, NULL, NULL
     FROM packets WHERE connection_id = $cid AND packet_type = 'handshake' AND sender = 'client'
     HAVING count(*) > 0
     UNION ALL
     -- Handshake confirmed (RFC 9001 §4.1.2): the client on receiving HANDSHAKE_DONE, the server
     -- when its handshake completes (the client's Finished arrives in a Handshake packet)
-    SELECT min(p.event_index), 5, arg_min(p.time_ms, p.event_index), NULL, NULL, NULL, NULL, NULL
+    SELECT min(p.event_index), 5, arg_min(p.time_ms, p.event_index), NULL, NULL, NULL, NULL
     FROM packets p JOIN frames f USING (connection_id, event_index)
     WHERE p.connection_id = $cid AND p.sender <> $me
       AND (($me = 'client' AND f.frame_type = 'handshake_done')
            OR ($me = 'server' AND p.packet_type = 'handshake' AND f.frame_type = 'crypto'))
     HAVING count(*) > 0
     UNION ALL
-    SELECT event_index, 7, time_ms, NULL, NULL, NULL, NULL, NULL
-    FROM packets WHERE connection_id = $cid AND packet_type = 'retry' AND $me = 'client'
-    UNION ALL
-    SELECT -1, 6, time_ms, NULL, NULL, NULL, NULL, max_ack_delay_ms
+    SELECT -1, 6, time_ms, NULL, NULL, NULL, max_ack_delay_ms
     FROM transport_parameters WHERE connection_id = $cid AND endpoint <> $me AND max_ack_delay_ms IS NOT NULL
+    UNION ALL
+    SELECT event_index, 7, time_ms, NULL, NULL, NULL, NULL
+    FROM packets WHERE connection_id = $cid AND packet_type = 'retry' AND $me = 'client'
     ORDER BY event_index, k
 """
 
 
+def _sent_log(con, cid: int, me: str) -> dict[str, recovery.SentLog]:
+    """The endpoint's sent packets as columns, per space (no Python object per packet)."""
+    table = con.sql(_SENT_SQL, params={"cid": cid, "me": me}).to_arrow_table()
+    logs = {}
+    spaces = table.column(0).to_pylist()
+    columns = [table.column(i).to_pylist() for i in range(1, 5)]
+    start = 0
+    while start < len(spaces):
+        end = start
+        while end < len(spaces) and spaces[end] == spaces[start]:
+            end += 1
+        logs[spaces[start]] = recovery.SentLog(*(col[start:end] for col in columns))
+        start = end
+    return logs
+
+
 def _replay_events(con, cid: int, me: str) -> Iterator:
-    """The replay's events, streamed from DuckDB in record batches."""
+    """The replay's other events, streamed from DuckDB in record batches."""
     reader = con.sql(_EVENT_SQL, params={"cid": cid, "me": me}).to_arrow_reader(65536)
     for batch in reader:
         cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        for event_index, k, t, space, pn, eliciting, ranges, delay in zip(*cols):
-            if k == 0:
-                yield recovery.Sent(t, space, pn, eliciting)
-            elif k == 1:
-                yield recovery.AckReceived(t, space, tuple((r[0], r[1]) for r in ranges or ()), delay,
-                                           event_index)
+        for at, k, t, space, pn, ranges, value in zip(*cols):
+            if k == 1:
+                yield recovery.AckReceived(t, space, tuple((r[0], r[1]) for r in ranges or ()), value, at)
             elif k == 2:
-                yield recovery.Lost(t, space, pn)
+                yield recovery.Lost(t, space, pn, at)
             elif k == 3:
-                yield recovery.PtoExpired(t)
+                yield recovery.PtoExpired(t, at)
             elif k == 4:
-                yield recovery.SpaceDiscarded(t, space)
+                yield recovery.SpaceDiscarded(t, space, at)
             elif k == 5:
-                yield recovery.HandshakeConfirmed(t)
+                yield recovery.HandshakeConfirmed(t, at)
                 # RFC 9001 §4.9.2: "An endpoint MUST discard its Handshake keys when the TLS
                 # handshake is confirmed"
-                yield recovery.SpaceDiscarded(t, recovery.HANDSHAKE)
+                yield recovery.SpaceDiscarded(t, recovery.HANDSHAKE, at)
             elif k == 6:
-                yield recovery.PeerMaxAckDelay(t, delay)
+                yield recovery.PeerMaxAckDelay(t, value)
             else:
-                yield recovery.RetryReceived(t)
+                yield recovery.RetryReceived(t, at)
 
 
 def _insert_samples(con, cid: int, result: recovery.Replay) -> None:

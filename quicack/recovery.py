@@ -15,7 +15,7 @@ to a packet number space); the PTO is computed per packet number space (§6.2.1)
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 INITIAL = "initial"
@@ -35,6 +35,8 @@ INFLATED_FIRST_SAMPLE_RATIO = 1.5
 
 
 # --- events ------------------------------------------------------------------------------------
+# Every event knows where it sits in the trace (``event_index``, the packet's for a frame); -1
+# means "its position in the list given to replay()".
 
 @dataclass(frozen=True, slots=True)
 class Sent:
@@ -42,6 +44,8 @@ class Sent:
     space: str
     packet_number: int
     ack_eliciting: bool
+    #: where the packet sits in the trace; -1: its position in the event list
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,7 @@ class AckReceived:
     acked_ranges: tuple[tuple[int, int], ...]
     #: decoded ACK Delay (ms); None when the trace does not say
     ack_delay_ms: float | None
-    #: where the ACK sits in the trace (event_index of its packet)
+    #: where the ACK sits in the trace (event_index of its packet); -1: its position in the list
     event_index: int = -1
 
 
@@ -61,33 +65,39 @@ class Lost:
     time_ms: float
     space: str
     packet_number: int
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class PtoExpired:
     time_ms: float
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class SpaceDiscarded:
     time_ms: float
     space: str
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class RetryReceived:
     time_ms: float
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class HandshakeConfirmed:
     time_ms: float
+    event_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class PeerMaxAckDelay:
     time_ms: float
     max_ack_delay_ms: float
+    event_index: int = -1
 
 
 # --- the estimator -----------------------------------------------------------------------------
@@ -217,55 +227,115 @@ def first_pto_after(sample_ms: float, space: str = INITIAL, max_ack_delay_ms: fl
     return est.pto_ms(space, handshake_confirmed=True, max_ack_delay_ms=max_ack_delay_ms)
 
 
-class _Unacked:
-    """Sent, not yet acknowledged or lost packets of one space: sorted numbers + details."""
+class SentLog:
+    """The packets one endpoint sent, per packet number space, sorted by packet number.
 
-    __slots__ = ("numbers", "details")
+    Held as columns (not one object per packet): a long transfer sends hundreds of thousands of
+    packets and the replay touches each one at most once more, when it is acknowledged, lost or
+    discarded.  Acknowledged/removed packets are skipped with a "next still in flight" pointer per
+    position (union–find with path compression), so an ACK whose ranges repeat already
+    acknowledged packets costs nothing for them.
+    """
 
-    def __init__(self) -> None:
-        self.numbers: list[int] = []
-        self.details: dict[int, tuple[float, bool]] = {}
+    __slots__ = ("numbers", "times", "eliciting", "sent_at", "_next")
 
-    def add(self, pn: int, time_ms: float, eliciting: bool) -> None:
-        if pn in self.details:  # logged twice: keep the first send
-            return
-        if not self.numbers or pn > self.numbers[-1]:
-            self.numbers.append(pn)
-        else:
-            self.numbers.insert(bisect_left(self.numbers, pn), pn)
-        self.details[pn] = (time_ms, eliciting)
+    def __init__(self, numbers: list[int], times: list[float], eliciting: list[bool], sent_at: list[int]):
+        order = sorted(range(len(numbers)), key=numbers.__getitem__) \
+            if any(numbers[i] > numbers[i + 1] for i in range(len(numbers) - 1)) else None
+        if order is not None:
+            numbers, times, eliciting, sent_at = ([col[i] for i in order]
+                                                  for col in (numbers, times, eliciting, sent_at))
+        self.numbers, self.times, self.eliciting, self.sent_at = numbers, times, eliciting, sent_at
+        self._next = list(range(len(numbers) + 1))
 
-    def remove(self, pn: int) -> None:
-        if self.details.pop(pn, None) is not None:
-            del self.numbers[bisect_left(self.numbers, pn)]
+    @classmethod
+    def from_packets(cls, packets: Iterable[Sent]) -> dict[str, "SentLog"]:
+        by_space: dict[str, list[Sent]] = {space: [] for space in SPACES}
+        for i, p in enumerate(packets):
+            by_space[p.space].append(p if p.event_index >= 0 else replace(p, event_index=i))
+        return {space: cls([p.packet_number for p in ps], [p.time_ms for p in ps],
+                           [p.ack_eliciting for p in ps], [p.event_index for p in ps])
+                for space, ps in by_space.items()}
 
-    def take_range(self, low: int, high: int) -> list[int]:
-        start = bisect_left(self.numbers, low)
-        stop = bisect_right(self.numbers, high)
-        taken = self.numbers[start:stop]
-        del self.numbers[start:stop]
-        return taken
+    def _alive(self, i: int) -> int:
+        """The first position ≥ i still in flight (len(numbers) if none)."""
+        nxt = self._next
+        root = i
+        while nxt[root] != root:
+            root = nxt[root]
+        while nxt[i] != root:
+            nxt[i], i = root, nxt[i]
+        return root
+
+    def position(self, pn: int, before: int | None = None) -> int | None:
+        """Where packet ``pn`` is; with ``before``: its latest send still in flight before that
+        trace position, if any.  (A number is logged twice only when a trace reuses it, as
+        aioquic does after a Retry; the earlier send is gone by then.)"""
+        i = bisect_right(self.numbers, pn) - 1
+        if i < 0 or self.numbers[i] != pn:
+            return None
+        if before is None:
+            return i
+        while i >= 0 and self.numbers[i] == pn:
+            if self._alive(i) == i and self.sent_at[i] < before:
+                return i
+            i -= 1
+        return None
+
+    def take_range(self, low: int, high: int, before: int) -> Iterator[int]:
+        """Remove and yield the positions in flight with packet numbers in [low, high], sent
+        before trace position ``before``."""
+        i = self._alive(bisect_left(self.numbers, low))
+        end = bisect_right(self.numbers, high)
+        while i < end:
+            if self.sent_at[i] < before:
+                self._next[i] = i + 1
+                yield i
+                i = self._alive(i + 1)
+            else:
+                i = self._alive(i + 1)  # logged after the ACK: not acknowledged by it
+
+    def remove(self, pn: int, before: int) -> None:
+        i = self.position(pn, before)
+        if i is not None:
+            self._next[i] = i + 1
+
+    def clear_sent_before(self, before: int) -> None:
+        i = self._alive(0)
+        while i < len(self.numbers):
+            if self.sent_at[i] < before:
+                self._next[i] = i + 1
+            i = self._alive(i + 1)
 
 
-def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -> Replay:
-    """Replay RFC 9002 §5–§6.2 over one endpoint's events (in trace order)."""
+def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
+           sent: dict[str, SentLog] | None = None) -> Replay:
+    """Replay RFC 9002 §5–§6.2 over one endpoint's events (in trace order).
+
+    Packets it sent come either as :class:`Sent` events in ``events`` or, for long traces, as
+    ``sent`` (one :class:`SentLog` per space, each packet knowing its trace position).
+    """
+    events = list(events) if sent is None else events
+    if sent is None:
+        sent = SentLog.from_packets(
+            replace(e, event_index=i) if e.event_index < 0 else e
+            for i, e in enumerate(events) if type(e) is Sent)
+    for space in SPACES:
+        sent.setdefault(space, SentLog([], [], [], []))
     est = RttEstimator()
-    unacked = {space: _Unacked() for space in SPACES}
-    ever_sent: dict[str, set[int]] = {space: set() for space in SPACES}
     confirmed = False
     address_validated = not is_client  # Appendix A.8: "Assume clients validate the server's address implicitly."
     max_ack_delay = DEFAULT_MAX_ACK_DELAY_MS
     pto_count = 0
     result = Replay()
 
-    for ev in events:
+    for position, ev in enumerate(events):
         kind = type(ev)
+        at = ev.event_index if getattr(ev, "event_index", -1) >= 0 else position
         if kind is Sent:
-            unacked[ev.space].add(ev.packet_number, ev.time_ms, ev.ack_eliciting)
-            ever_sent[ev.space].add(ev.packet_number)
-        elif kind is AckReceived:
-            sample = _on_ack(ev, est, unacked[ev.space], ever_sent[ev.space], result, confirmed,
-                             max_ack_delay)
+            continue
+        if kind is AckReceived:
+            sample = _on_ack(ev, at, est, sent[ev.space], result, confirmed, max_ack_delay)
             if ev.space == HANDSHAKE and is_client:
                 # Appendix A.8 PeerCompletedAddressValidation: "has received Handshake ACK"
                 address_validated = True
@@ -283,20 +353,21 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -
         elif kind is Lost:
             # A packet the endpoint declared lost is no longer in sent_packets (Appendix A.10
             # DetectAndRemoveLostPackets), so a late ACK of it cannot yield a sample.
-            unacked[ev.space].remove(ev.packet_number)
+            sent[ev.space].remove(ev.packet_number, at)
         elif kind is PtoExpired:
             # §6.2.1: "When a PTO timer expires, the PTO backoff MUST be increased"
             pto_count += 1
         elif kind is SpaceDiscarded:
             # Appendix A.11 OnPacketNumberSpaceDiscarded: "sent_packets[pn_space].clear() ...
             # pto_count = 0"
-            unacked[ev.space] = _Unacked()
+            sent[ev.space].clear_sent_before(at)
             pto_count = 0
         elif kind is RetryReceived:
             # §6.3: "Clients that receive a Retry packet reset congestion control and loss
             # recovery state, including resetting any pending timers."  (The RTT estimate is not
             # loss recovery state; §6.3 only allows, not requires, a sample from the Retry.)
-            unacked = {space: _Unacked() for space in SPACES}
+            for log in sent.values():
+                log.clear_sent_before(at)
             pto_count = 0
         elif kind is HandshakeConfirmed:
             confirmed = True
@@ -309,31 +380,30 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -
     return result
 
 
-def _on_ack(ev: AckReceived, est: RttEstimator, unacked: _Unacked, ever_sent: set[int],
-            result: Replay, confirmed: bool, max_ack_delay: float):
-    """Appendix A.7 OnAckReceived, the RTT part; returns the sample's figures or None."""
+def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: Replay,
+            confirmed: bool, max_ack_delay: float) -> Sample | None:
+    """Appendix A.7 OnAckReceived, the RTT part."""
     if not ev.acked_ranges:
         result.acks_without_sample += 1
         return None
     largest = max(high for _, high in ev.acked_ranges)
-    largest_details = unacked.details.get(largest)
-    newly_eliciting = False
-    newly_any = False
-    for low, high in ev.acked_ranges:
-        for pn in unacked.take_range(low, high):
-            newly_any = True
-            _, eliciting = unacked.details.pop(pn)
-            newly_eliciting = newly_eliciting or eliciting
-    if largest not in ever_sent:
+    if log.position(largest) is None:
         result.acks_of_unknown_packets += 1
+    largest_at = log.position(largest, before=at)
+    largest_newly = largest_at is not None
+    newly_any = newly_eliciting = False
+    for low, high in ev.acked_ranges:
+        for i in log.take_range(low, high, at):
+            newly_any = True
+            newly_eliciting = newly_eliciting or log.eliciting[i]
     # §5.1: "An endpoint generates an RTT sample on receiving an ACK frame that meets the
     # following two conditions: the largest acknowledged packet number is newly acknowledged,
     # and at least one of the newly acknowledged packets was ack-eliciting."
-    if not newly_any or largest_details is None or not newly_eliciting:
+    if not newly_any or not largest_newly or not newly_eliciting:
         result.acks_without_sample += 1
         return None
     # §5.1: "latest_rtt = ack_time - send_time_of_largest_acked"
-    latest = ev.time_ms - largest_details[0]
+    latest = ev.time_ms - log.times[largest_at]
     delay = ev.ack_delay_ms
     first = not est.has_sample
     used, adjusted = est.update(latest, delay if delay is not None else 0.0, space=ev.space,
@@ -343,7 +413,7 @@ def _on_ack(ev: AckReceived, est: RttEstimator, unacked: _Unacked, ever_sent: se
         flags.append("ack_delay_exceeds_sample")
     if not first and used > 0 and adjusted == latest:
         flags.append("ack_delay_not_subtracted")
-    return Sample(event_index=ev.event_index, time_ms=ev.time_ms, space=ev.space,
+    return Sample(event_index=at, time_ms=ev.time_ms, space=ev.space,
                   largest_acknowledged=largest, latest_rtt_ms=latest, ack_delay_ms=delay,
                   ack_delay_used_ms=used if adjusted != latest else 0.0,
                   adjusted_rtt_ms=adjusted, min_rtt_ms=0.0, smoothed_rtt_ms=0.0, rttvar_ms=0.0,
@@ -356,8 +426,4 @@ def _flag_inflated_first_sample(result: Replay, est: RttEstimator) -> None:
     first = result.samples[0]
     if (first.latest_rtt_ms > INFLATED_FIRST_SAMPLE_RATIO * est.min_rtt_ms
             and first.latest_rtt_ms - est.min_rtt_ms > K_GRANULARITY_MS):
-        result.samples[0] = _with_flag(first, "first_sample_inflated")
-
-
-def _with_flag(sample: Sample, flag: str) -> Sample:
-    return replace(sample, flags=sample.flags + (flag,))
+        result.samples[0] = replace(first, flags=first.flags + ("first_sample_inflated",))
