@@ -134,8 +134,16 @@ def _handshake_inputs(con, first_id: int) -> Iterator[tuple[int, list[Packet], d
 def _frame(f: dict | tuple) -> Frame:
     values = list(f.values()) if isinstance(f, dict) else list(f)
     kind, delay, largest, ranges, offset, length, stream, code = values
-    return Frame(kind, delay, largest, tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2),
-                 offset, length, stream, code)
+    return Frame(kind, delay, largest, _ranges(ranges, largest), offset, length, stream, code)
+
+
+def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
+    """ACK ranges as pairs; producers that log only the largest acknowledged (pcap2qlog 0.1)
+    get that one packet as their only range."""
+    pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
+    if not pairs and largest is not None:
+        return ((largest, largest),)
+    return pairs
 
 
 def _fill_sql_figures(con, first_id: int) -> None:
@@ -209,8 +217,8 @@ _SENT_SQL = """
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
-    SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space, NULL::BIGINT AS pn,
-           f.acked_ranges AS ranges, f.ack_delay_ms AS value
+    SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
+           f.largest_acknowledged AS pn, f.acked_ranges AS ranges, f.ack_delay_ms AS value
     FROM frames f JOIN packets p USING (connection_id, event_index)
     WHERE f.connection_id = $cid AND f.frame_type = 'ack' AND p.sender <> $me
           AND p.packet_number_space IS NOT NULL
@@ -273,7 +281,7 @@ def _replay_events(con, cid: int, me: str) -> Iterator:
         cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
         for at, k, t, space, pn, ranges, value in zip(*cols):
             if k == 1:
-                yield recovery.AckReceived(t, space, tuple((r[0], r[1]) for r in ranges or ()), value, at)
+                yield recovery.AckReceived(t, space, _ranges(ranges, pn), value, at)
             elif k == 2:
                 yield recovery.Lost(t, space, pn, at)
             elif k == 3:

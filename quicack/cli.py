@@ -70,6 +70,21 @@ def _print_summary(summary: Summary, db: str) -> None:
         click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
     if refused:
         click.echo(f"failures: {refused}")
+    if summary.file_ids:
+        with Store(db, read_only=True) as store:
+            by_class = store.handshakes_by_class(summary.file_ids)
+        _print_table("handshakes by class:", by_class)
+
+
+def _print_table(title: str, frame) -> None:
+    """A plain, aligned text table (numbers with 3 decimals, NULL as '-')."""
+    click.echo(title)
+    cells = [list(frame.columns)]
+    for row in frame.iter_rows():
+        cells.append(["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for r in cells:
+        click.echo("  " + "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
 
 
 @main.command()

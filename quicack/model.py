@@ -88,6 +88,8 @@ class FileResult:
     skipped_events: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the file's row in ``files`` (ingested now or before); None when refused
+    file_id: int | None = None
 
 
 @dataclass
@@ -108,6 +110,10 @@ class Summary:
     @property
     def events(self) -> int:
         return sum(f.events for f in self.files)
+
+    @property
+    def file_ids(self) -> list[int]:
+        return [f.file_id for f in self.files if f.file_id is not None]
 
     @property
     def skipped_events(self) -> dict[str, int]:

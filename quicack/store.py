@@ -149,7 +149,7 @@ class Store:
         previous = self.con.execute(
             "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
         if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
-            return FileResult(name, "unchanged")
+            return FileResult(name, "unchanged", file_id=previous[0][0])
 
         self.con.execute("BEGIN")
         try:
@@ -196,13 +196,27 @@ class Store:
         skipped = dict(self.con.execute(
             f"SELECT event_name, count(*) FROM other_events WHERE connection_id IN {ids} "
             "GROUP BY event_name ORDER BY 2 DESC, 1", {"id": file_id}).fetchall())
-        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings))
+        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings),
+                          file_id=file_id)
 
     # --- reading -----------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict | list | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame."""
         return self.con.sql(query, params=params).pl()
+
+    def handshakes_by_class(self, file_ids: list[int] | None = None) -> pl.DataFrame:
+        """Connections per handshake class with median gap, first ACK delay and first PTO (ms),
+        for the given files (all files when None)."""
+        where = "true" if file_ids is None else \
+            f"file_id IN ({', '.join(str(int(i)) for i in file_ids) or 'NULL'})"
+        return self.sql(f"""
+            SELECT handshake_class AS class, count(*) AS connections,
+                   median(ack_sh_gap_ms) AS median_gap_ms,
+                   median(first_ack_delay_ms) AS median_first_ack_delay_ms,
+                   median(first_pto_ms) AS median_first_pto_ms
+            FROM connections WHERE {where}
+            GROUP BY ALL ORDER BY connections DESC, class""")
 
     def table(self, name: str) -> pl.DataFrame:
         if name not in table_names():
