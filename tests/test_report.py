@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,12 +17,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from conftest import DATA
+from conftest import DATA, ensure_command
 from quicack import Store
 from quicack.cli import main
 from quicack.report import write_report
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("QUICACK_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "reports/test-artifacts"))
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 
@@ -53,7 +51,7 @@ def report_file(tmp_path_factory):
 def browser():
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+        b = p.chromium.launch(executable_path=ensure_command("chromium", "chromium"), args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--no-first-run"])
         yield b
