@@ -35,6 +35,9 @@ RULES: list[tuple[str, str, str]] = [
     ("Let's Encrypt customer", "issuer", r"let's encrypt"),
 ]
 
+#: RFC 1918 and RFC 4193 networks (a scan with --allow-private reaches them).
+LOCAL_NETWORKS = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")]
+
 _COMPILED = [(provider, evidence, re.compile(pattern, re.I)) for provider, evidence, pattern in RULES]
 
 
@@ -53,7 +56,7 @@ def attribute(address: str | None, server_header: str | None, cert_issuer: str |
             ip = ipaddress.ip_address(address.split("%")[0])
         except ValueError:
             ip = None
-        if ip is not None and (ip.is_loopback or ip.is_private or ip.is_link_local):
+        if ip is not None and (ip.is_loopback or ip.is_link_local or any(ip in n for n in LOCAL_NETWORKS)):
             return Attribution("local", "address")
     evidence = {"as": as_name(address) if address else None, "server": server_header, "issuer": cert_issuer}
     for provider, kind, pattern in _COMPILED:
