@@ -218,7 +218,7 @@ _SENT_SQL = """
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
     SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
-           f.largest_acknowledged AS pn, f.acked_ranges AS ranges, f.ack_delay_ms AS value
+           f.largest_acknowledged AS pn, flatten(f.acked_ranges) AS ranges, f.ack_delay_ms AS value
     FROM frames f JOIN packets p USING (connection_id, event_index)
     WHERE f.connection_id = $cid AND f.frame_type = 'ack' AND p.sender <> $me
           AND p.packet_number_space IS NOT NULL
@@ -281,7 +281,9 @@ def _replay_events(con, cid: int, me: str) -> Iterator:
         cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
         for at, k, t, space, pn, ranges, value in zip(*cols):
             if k == 1:
-                yield recovery.AckReceived(t, space, _ranges(ranges, pn), value, at)
+                # ranges arrive flattened: [low1, high1, low2, high2, …]
+                pairs = tuple(zip(ranges[::2], ranges[1::2])) if ranges else ((pn, pn),) if pn is not None else ()
+                yield recovery.AckReceived(t, space, pairs, value, at)
             elif k == 2:
                 yield recovery.Lost(t, space, pn, at)
             elif k == 3:

@@ -267,6 +267,13 @@ class SentLog:
             nxt[i], i = root, nxt[i]
         return root
 
+    def lookup(self, pn: int, before: int) -> tuple[bool, int | None]:
+        """(was ``pn`` ever sent, its latest send still in flight before ``before`` or None)."""
+        i = bisect_right(self.numbers, pn) - 1
+        if i < 0 or self.numbers[i] != pn:
+            return False, None
+        return True, self.position(pn, before)
+
     def position(self, pn: int, before: int | None = None) -> int | None:
         """Where packet ``pn`` is; with ``before``: its latest send still in flight before that
         trace position, if any.  (A number is logged twice only when a trace reuses it, as
@@ -345,11 +352,12 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
             if address_validated or confirmed:
                 pto_count = 0
             if sample is not None:
-                pto = est.pto_ms(ev.space, handshake_confirmed=confirmed, max_ack_delay_ms=max_ack_delay)
-                result.samples.append(replace(sample, min_rtt_ms=est.min_rtt_ms,
-                                              smoothed_rtt_ms=est.smoothed_rtt_ms,
-                                              rttvar_ms=est.rttvar_ms, pto_ms=pto,
-                                              pto_count=pto_count if pto_observable else None))
+                largest, latest, delay, used, adjusted, flags = sample
+                result.samples.append(Sample(
+                    at, ev.time_ms, ev.space, largest, latest, delay, used, adjusted, est.min_rtt_ms,
+                    est.smoothed_rtt_ms, est.rttvar_ms,
+                    est.pto_ms(ev.space, handshake_confirmed=confirmed, max_ack_delay_ms=max_ack_delay),
+                    pto_count if pto_observable else None, confirmed, flags))
         elif kind is Lost:
             # A packet the endpoint declared lost is no longer in sent_packets (Appendix A.10
             # DetectAndRemoveLostPackets), so a late ACK of it cannot yield a sample.
@@ -381,25 +389,27 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
 
 
 def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: Replay,
-            confirmed: bool, max_ack_delay: float) -> Sample | None:
-    """Appendix A.7 OnAckReceived, the RTT part."""
-    if not ev.acked_ranges:
+            confirmed: bool, max_ack_delay: float) -> tuple | None:
+    """Appendix A.7 OnAckReceived, the RTT part: the sample's figures, or None."""
+    ranges = ev.acked_ranges
+    if not ranges:
         result.acks_without_sample += 1
         return None
-    largest = max(high for _, high in ev.acked_ranges)
-    if log.position(largest) is None:
+    largest = max(high for _, high in ranges)
+    known, largest_at = log.lookup(largest, at)
+    if not known:
         result.acks_of_unknown_packets += 1
-    largest_at = log.position(largest, before=at)
-    largest_newly = largest_at is not None
     newly_any = newly_eliciting = False
-    for low, high in ev.acked_ranges:
+    eliciting = log.eliciting
+    for low, high in ranges:
         for i in log.take_range(low, high, at):
             newly_any = True
-            newly_eliciting = newly_eliciting or log.eliciting[i]
+            if eliciting[i]:
+                newly_eliciting = True
     # §5.1: "An endpoint generates an RTT sample on receiving an ACK frame that meets the
     # following two conditions: the largest acknowledged packet number is newly acknowledged,
     # and at least one of the newly acknowledged packets was ack-eliciting."
-    if not newly_any or not largest_newly or not newly_eliciting:
+    if not newly_any or largest_at is None or not newly_eliciting:
         result.acks_without_sample += 1
         return None
     # §5.1: "latest_rtt = ack_time - send_time_of_largest_acked"
@@ -408,16 +418,12 @@ def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: R
     first = not est.has_sample
     used, adjusted = est.update(latest, delay if delay is not None else 0.0, space=ev.space,
                                 handshake_confirmed=confirmed, max_ack_delay_ms=max_ack_delay)
-    flags = []
+    flags: tuple[str, ...] = ()
     if delay is not None and delay > latest:
-        flags.append("ack_delay_exceeds_sample")
+        flags += ("ack_delay_exceeds_sample",)
     if not first and used > 0 and adjusted == latest:
-        flags.append("ack_delay_not_subtracted")
-    return Sample(event_index=at, time_ms=ev.time_ms, space=ev.space,
-                  largest_acknowledged=largest, latest_rtt_ms=latest, ack_delay_ms=delay,
-                  ack_delay_used_ms=used if adjusted != latest else 0.0,
-                  adjusted_rtt_ms=adjusted, min_rtt_ms=0.0, smoothed_rtt_ms=0.0, rttvar_ms=0.0,
-                  pto_ms=None, pto_count=None, handshake_confirmed=confirmed, flags=tuple(flags))
+        flags += ("ack_delay_not_subtracted",)
+    return largest, latest, delay, used if adjusted != latest else 0.0, adjusted, flags
 
 
 def _flag_inflated_first_sample(result: Replay, est: RttEstimator) -> None:
