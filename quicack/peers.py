@@ -244,6 +244,18 @@ def prepare(name: str, progress: Progress | None = None) -> Prepared:
     return Prepared(name, target, "built", time.monotonic() - started)
 
 
+def status(name: str) -> str:
+    """'installed', 'built', 'not installed', 'not built' or why it cannot be built — without
+    installing or building anything."""
+    p = peer(name)
+    if p.kind == "apt":
+        return "installed" if Path(p.binary).exists() else "not installed"
+    try:
+        return "built" if binary_path(p).exists() else "not built"
+    except QuicackError as e:
+        return e.message
+
+
 # --- certificate and content -----------------------------------------------------------------
 
 def make_certificate(folder: Path, names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1"),
@@ -336,18 +348,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise QuicackError(f"no free UDP+TCP port on {host}")
 
 
-def udp_port_bound(port: int) -> bool:
-    """Whether any socket is bound to UDP ``port`` (Linux /proc/net/udp, udp6)."""
+def udp_port_bound(port: int, pid: int | None = None) -> bool:
+    """Whether a socket is bound to UDP ``port`` — one of process ``pid`` if given (Linux
+    /proc/net/udp{,6} socket inodes matched against /proc/PID/fd)."""
+    inodes = set()
     for table in ("/proc/net/udp", "/proc/net/udp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
-            local = line.split()[1]
-            if int(local.rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    if pid is None or not inodes:
+        return bool(inodes)
+    try:
+        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:  # the process is gone
+        return False
+    return any(f"socket:[{inode}]" in links for inode in inodes)
 
 
 def _caddyfile(run_dir: Path, host: str, port: int, cert: Path, key: Path, htdocs: Path) -> Path:
@@ -419,12 +439,14 @@ def stop(run: RunningPeer, timeout_s: float = 5.0) -> int | None:
 @contextmanager
 def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
           port: int | None = None, startup_timeout_s: float = 20.0,
-          progress: Progress | None = None) -> Iterator[RunningPeer]:
+          progress: Progress | None = None, env: dict[str, str] | None = None) -> Iterator[RunningPeer]:
     """Prepare (install/build), then run peer ``name`` on ``host``:``port`` until the block ends.
 
     ``workdir`` (default: a new temporary folder, kept afterwards) receives the certificate, the
     served files (``htdocs/``), the server's own qlog (``qlog/``) and its output (``server.log``).
-    Raises QuicackError naming the log when the peer exits or does not bind its port in time.
+    ``env`` adds to or overrides the peer's environment (e.g. ``QUIC_GO_DISABLE_GSO=false`` to
+    see GSO at work).  Raises QuicackError naming the log when the peer exits or does not bind
+    its port in time.
     """
     p = peer(name)
     binary = prepare(name, progress).binary
@@ -436,15 +458,15 @@ def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
     if qlog_dir:
         qlog_dir.mkdir(exist_ok=True)
     port = port or free_port(host)
-    cmd, env = _command(p, binary, host, port, cert, key, htdocs, qlog_dir, run_dir)
+    cmd, peer_env = _command(p, binary, host, port, cert, key, htdocs, qlog_dir, run_dir)
     log = run_dir / "server.log"
     with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(cmd, cwd=run_dir, env={**peer_env, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
     run = RunningPeer(name, host, port, qlog_dir, process, run_dir, cert, key, log)
     try:
         deadline = time.monotonic() + startup_timeout_s
-        while not udp_port_bound(port):
+        while not udp_port_bound(port, process.pid):
             if process.poll() is not None:
                 raise QuicackError(f"{name} exited with status {process.returncode} before "
                                    f"listening on UDP {port}:\n{_tail(log)}", str(log))
