@@ -265,18 +265,25 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                    GROUP BY connection_id, event_index) fc
           USING (connection_id, event_index)""")
 
+    # RFC 9002 §5.1: an RTT sample needs an ACK of a packet the endpoint sent, so latest_rtt and
+    # min_rtt logged before its first packet_sent are initial values, not samples (quinn logs
+    # its 333 ms initial RTT as both in the first event of a connection).
     con.execute(f"""INSERT INTO logged_metrics
         SELECT connection_id, event_index, time_ms,
                CASE WHEN NOT (latest_rtt_zero_is_unset AND data->>'min_rtt' IS NULL
                               AND {_num("data->>'latest_rtt'")} = 0)
+                         AND NOT coalesce(event_index < first_sent, false)
                     THEN {_num("data->>'latest_rtt'")} * time_scale_ms * metric_scale_ms END,
-               {_num("data->>'min_rtt'")} * time_scale_ms * metric_scale_ms,
+               CASE WHEN NOT coalesce(event_index < first_sent, false)
+                    THEN {_num("data->>'min_rtt'")} * time_scale_ms * metric_scale_ms END,
                {_num("data->>'smoothed_rtt'")} * time_scale_ms * metric_scale_ms,
                {_num("coalesce(data->>'rtt_variance', data->>'rttvar', data->>'rtt_var')")} * time_scale_ms * metric_scale_ms,
                {_num("data->>'pto_count'", 'INTEGER')},
                {_num("coalesce(data->>'congestion_window', data->>'cwnd')", 'BIGINT')},
                {_num("data->>'bytes_in_flight'", 'BIGINT')}
-        FROM e WHERE {named('metrics_updated')}""")
+        FROM e LEFT JOIN (SELECT connection_id, min(event_index) AS first_sent FROM p
+                          WHERE direction = 'sent' GROUP BY connection_id) s USING (connection_id)
+        WHERE {named('metrics_updated')}""")
 
     con.execute(f"""INSERT INTO lost_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},

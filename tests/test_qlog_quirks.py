@@ -239,3 +239,15 @@ def test_quic_go_datagram_payload_checksum_marks_coalesced_packets(store):
     first = _first_datagram(store, "server", "sent")
     assert [(p["packet_type"], p["packet_number"]) for p in first] == [("initial", 0), ("handshake", 1), ("1RTT", 2)]
     assert sum(p["size_bytes"] for p in first) == 1280
+
+
+def test_rtt_logged_before_the_first_sent_packet_is_not_a_sample(store):
+    # quinn's first metrics_updated of the connection (line 3 of the file, right after the
+    # client's Initial was received, before anything was sent) reads min_rtt = latest_rtt =
+    # smoothed_rtt = 0.333 s, rtt_variance 0.1665 s: its initial RTT, not a measurement.
+    store.ingest(PEERS_DATA / "quinn/server.sqlog")
+    m = rows(store, "SELECT latest_rtt_ms, min_rtt_ms, smoothed_rtt_ms, rtt_variance_ms FROM logged_metrics ORDER BY event_index")
+    assert m[0] == {"latest_rtt_ms": None, "min_rtt_ms": None, "smoothed_rtt_ms": pytest.approx(333.0),
+                    "rtt_variance_ms": pytest.approx(166.5)}
+    samples = [r["latest_rtt_ms"] for r in m if r["latest_rtt_ms"] is not None]
+    assert samples and all(0 < s < 100 for s in samples)  # loopback samples, in ms
