@@ -7,14 +7,18 @@ others are still stored), 2 for usage errors (click's convention).
 from __future__ import annotations
 
 import sys
+import webbrowser
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
 import click
+import orjson
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import ingest
+from . import ingest, qlogwriter
+from . import report as report_module
 from .model import QuicackError, Summary
 from .store import Store
 
@@ -71,6 +75,21 @@ def _print_summary(summary: Summary, db: str) -> None:
         click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
     if refused:
         click.echo(f"failures: {refused}")
+    if summary.file_ids:
+        with Store(db, read_only=True) as store:
+            by_class = store.handshakes_by_class(summary.file_ids)
+        _print_table("handshakes by class:", by_class)
+
+
+def _print_table(title: str, frame) -> None:
+    """A plain, aligned text table (numbers with 3 decimals, NULL as '-')."""
+    click.echo(title)
+    cells = [list(frame.columns)]
+    for row in frame.iter_rows():
+        cells.append(["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for r in cells:
+        click.echo("  " + "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
 
 
 @main.command()
@@ -95,20 +114,67 @@ def analyze(paths, db, reanalyze, quiet):
     sys.exit(1 if summary.count("refused") else 0)
 
 
+#: Exporting every connection as qlog without naming them is allowed up to this many.
+QLOG_EXPORT_ALL_LIMIT = 50
+
+
 @main.command()
 @DB_OPTION
-@click.option("--parquet", "directory", required=True, type=click.Path(file_okay=False),
+@click.option("--parquet", "directory", type=click.Path(file_okay=False),
               help="Folder to write one <table>.parquet per table into.")
-def export(db, directory):
-    """Write every table of the store as Parquet."""
+@click.option("--qlog", "qlog_path", type=click.Path(dir_okay=False),
+              help="Write connections as one qlog 0.3 JSON file (one trace each) that qvis loads.")
+@click.option("--connection", "connections", type=int, multiple=True,
+              help="connection_id to export with --qlog (repeatable; default: all, if at most "
+                   f"{QLOG_EXPORT_ALL_LIMIT}).")
+def export(db, directory, qlog_path, connections):
+    """Write the store's tables as Parquet (--parquet) or connections as qlog (--qlog)."""
+    if not directory and not qlog_path:
+        raise click.UsageError("give --parquet DIR and/or --qlog FILE")
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     try:
         with Store(db, read_only=True) as store:
-            written = store.export_parquet(directory)
+            if directory:
+                written = store.export_parquet(directory)
+                click.echo(f"wrote {len(written)} tables to {directory}")
+            if qlog_path:
+                ids = list(connections) or store.sql("SELECT connection_id FROM connections ORDER BY 1")[
+                    "connection_id"].to_list()
+                if not connections and len(ids) > QLOG_EXPORT_ALL_LIMIT:
+                    raise QuicackError(f"store holds {len(ids)} connections; choose some with --connection", db)
+                document = qlogwriter.qlog_document(store, ids)
+                Path(qlog_path).write_bytes(orjson.dumps(document))
+                click.echo(f"wrote {len(ids)} connection{'s' if len(ids) != 1 else ''} as qlog {qlogwriter.QLOG_VERSION} "
+                           f"to {qlog_path}")
     except QuicackError as e:
         _fail(e)
-    click.echo(f"wrote {len(written)} tables to {directory}")
+
+
+@main.command()
+@DB_OPTION
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write  [default: reports/<store name>.html]")
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
+@click.option("--max-connections", default=report_module.DEFAULT_MAX_CONNECTIONS, show_default=True,
+              help="Connections that get a section of their own.")
+def report(db, out, open_browser, max_connections):
+    """Write a self-contained HTML report of the store (plotly, works offline): handshake classes,
+    gaps, first ACK delays and PTOs, ACK policy of transfers, per-connection sequence diagrams and
+    RTT/PTO replay next to the logged values."""
+    if not Path(db).exists():
+        _fail(QuicackError("no such store", db))
+    out = out or str(Path("reports") / (Path(db).stem + ".html"))
+    try:
+        with Store(db, read_only=True) as store:
+            written = report_module.write_report(store, out, now=datetime.now().astimezone(),
+                                                 max_connections=max_connections)
+    except QuicackError as e:
+        _fail(e)
+    size = Path(out).stat().st_size
+    click.echo(f"report: {out} ({size / 1e6:.1f} MB, {written.figures} plots, {written.connections} connections)")
+    if open_browser:
+        webbrowser.open(Path(out).resolve().as_uri())
 
 
 @main.command()

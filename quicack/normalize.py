@@ -312,7 +312,9 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
 
     # The connection row last: its ODCID may come from the events (a client's first Initial is
     # sent to the ODCID; a server logs original_destination_connection_id).
-    con.execute(f"""INSERT INTO connections
+    con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+            flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
+            events, quirks)
         SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''),
                CASE WHEN tr.vantage_from_first_packet THEN coalesce(c.first_packet_side, tr.vantage)
                     ELSE tr.vantage END,

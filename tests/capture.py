@@ -1,12 +1,10 @@
 """Loopback captures for the peer tests: dumpcap while a block runs, tshark to decrypt.
 
-Installs tshark from Debian when it is missing (the same command `.ci/run` uses).
+Installs tshark from Debian when it is missing (``conftest.ensure_command``).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -14,18 +12,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import ensure_command
+
 PACKET_TYPES = {"0": "initial", "1": "0RTT", "2": "handshake", "3": "retry"}  # QUIC v1 long types
 
 
 def ensure_tshark() -> None:
-    if shutil.which("tshark") and shutil.which("dumpcap"):
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(["apt-get", "install", "-y", "-q", "tshark"], env=env,
-                      capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, check=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "tshark"], env=env, capture_output=True,
-                       check=True)
+    ensure_command("tshark", "tshark")
+    ensure_command("dumpcap", "tshark")  # dumpcap comes with tshark (wireshark-common)
 
 
 @contextmanager

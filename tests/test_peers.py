@@ -125,6 +125,9 @@ def test_client_qlog_ingests_and_the_first_flight_has_the_observed_shape(session
         assert initial["ack_delay_ms"] == first_ack_delay_ms
     else:  # quinn measures the delay (0.68 ms and 0.5 ms seen): ACK sent with the ServerHello
         assert 0 < initial["ack_delay_ms"] < 25
+    # the classifier (quicack.classify, run by ingest) reads the same off the client's qlog
+    assert (conn["handshake_class"], conn["handshake_reason"]) == ("wfc", "ack_with_server_hello")
+    assert conn["first_ack_delay_ms"] == initial["ack_delay_ms"]
     # the datagram's packets add up to what the client's datagrams_received event logged
     logged = session.store.sql(f"""
         SELECT (data->'raw'->0->>'payload_length')::INTEGER AS n FROM other_events
@@ -143,6 +146,12 @@ def test_server_qlog_ingests_from_the_server_vantage(session):
     assert result.packets > 0
     conn = _connection(session.store, "server")
     assert conn["implementation"] == SERVER_IMPLEMENTATION[session.name]
+    if session.name == "quinn":  # no frames in quinn's qlog: no class, no RFC 9002 replay
+        assert (conn["handshake_class"], conn["handshake_reason"]) == ("unknown", "frames_not_logged")
+        assert conn["replay_samples"] == 0
+    else:  # the server's own view: WFC too, and the replay runs on its ACKs
+        assert (conn["handshake_class"], conn["handshake_reason"]) == ("wfc", "ack_with_server_hello")
+        assert conn["replay_endpoint"] == "server" and conn["replay_samples"] > 0
 
 
 def test_client_and_server_qlogs_agree_on_the_first_flight(session):
