@@ -40,6 +40,7 @@ def main() -> None:
     """quicack: measure how QUIC endpoints acknowledge packets.
 
     Ingest qlog traces into a DuckDB store (analyze), export it (export), or run the demo.
+    Real third-party QUIC servers for local tests: peers.
     """
 
 
@@ -201,6 +202,80 @@ def demo(db):
         click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
                   f"at {row['time_ms']:.3f} ms: {row['frames']}")
     sys.exit(1 if summary.count("refused") else 0)
+
+
+@main.group()
+def peers():
+    """Real third-party QUIC servers as local test peers (Caddy, ngtcp2, quic-go, quinn).
+
+    Debian packages are installed with apt-get (root); the quic-go and quinn servers are built
+    from tests/peers/ with go/cargo into ~/.cache/quicack/peers (or $QUICACK_PEERS_CACHE), keyed
+    by a hash of their sources and toolchain, so later builds are instant.
+    """
+
+
+def _peer_names(names) -> list[str]:
+    from . import peers as peer_mod
+    try:
+        return [peer_mod.peer(n).name for n in names] or list(peer_mod.PEERS)
+    except QuicackError as e:
+        _fail(e)
+
+
+@peers.command("list")
+def peers_list():
+    """Each peer: its QUIC stack, how it is obtained, its qlog, how GSO is turned off, its state."""
+    from . import peers as peer_mod
+    for p in peer_mod.PEERS.values():
+        click.echo(f"{p.name}: {p.stack}")
+        click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.apt_packages else
+                                                f" (tests/peers/{p.source})"))
+        click.echo(f"  qlog:     {p.qlog or 'none'}")
+        click.echo(f"  GSO off:  {p.gso_off}")
+        click.echo(f"  state:    {peer_mod.status(p.name)}")
+
+
+@peers.command("build")
+@click.argument("names", nargs=-1)
+def peers_build(names):
+    """Install or build peers NAMES (default: all) and print what each took."""
+    from . import peers as peer_mod
+    for name in _peer_names(names):
+        try:
+            done = peer_mod.prepare(name, progress=lambda m: err.print(f"  {m}"))
+        except QuicackError as e:
+            _fail(e)
+        click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
+
+
+@peers.command("run")
+@click.argument("name")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")
+@click.option("--port", type=int, default=None, help="UDP port (default: a free one).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Folder for certificate, served files, qlog and log (default: a new temp folder).")
+def peers_run(name, host, port, workdir):
+    """Start peer NAME on loopback and keep it running until Ctrl-C."""
+    import time
+
+    from . import peers as peer_mod
+    name = _peer_names([name])[0]
+    try:
+        with peer_mod.start(name, workdir, host=host, port=port,
+                            progress=lambda m: err.print(f"  {m}")) as run:
+            click.echo(f"{name} serving HTTP/3 on {run.url} (SNI {run.server_name}, "
+                       f"self-signed {run.cert})")
+            click.echo(f"  qlog: {run.qlog_dir or 'none (this peer writes none)'}")
+            click.echo(f"  log:  {run.log}")
+            try:
+                while run.process.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+    except QuicackError as e:
+        _fail(e)
+    if run.process.returncode not in (0, None, -2, -15):
+        _fail(QuicackError(f"{name} exited with status {run.process.returncode}", str(run.log)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -75,6 +75,14 @@ class TraceInfo:
     #: network traces that log every packet alike (pcap2qlog 0.1: all PACKET_RX): tell the
     #: sender by connection IDs instead of by event name
     sender_from_cids: bool = False
+    #: the header names no vantage (quinn writes type "unknown"): take it from the connection's
+    #: first packet event if that is an Initial (sent → client, received → server)
+    vantage_from_first_packet: bool = False
+    #: a datagrams_received event precedes the packets of each received datagram (aioquic):
+    #: packets received after one such event share a datagram
+    rx_datagram_events_first: bool = False
+    #: latest_rtt 0 in metrics_updated without a min_rtt means "no RTT sample yet" (ngtcp2)
+    latest_rtt_zero_is_unset: bool = False
     quirks: tuple[str, ...] = ()
 
 
