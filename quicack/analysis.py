@@ -316,12 +316,20 @@ def _insert_samples(con, cid: int, result: recovery.Replay) -> None:
     try:
         # The values the implementation logged right after the same ACK: the first metrics event
         # after the ACK's packet that carries an RTT value, if it comes before the next packet the
-        # endpoint received (otherwise it belongs to something else).
+        # endpoint received (otherwise it belongs to something else); fields it did not log again
+        # carry their last logged value.
         con.execute("""INSERT INTO rtt_samples
-            WITH m AS (
-                SELECT event_index, latest_rtt_ms, min_rtt_ms, smoothed_rtt_ms, rtt_variance_ms
+            WITH filled AS (
+                -- Producers that log only the fields that changed (quic-go, quinn): a missing
+                -- field keeps its last logged value.
+                SELECT event_index, latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL AS has_rtt,
+                       last_value(latest_rtt_ms IGNORE NULLS) OVER w AS latest_rtt_ms,
+                       last_value(min_rtt_ms IGNORE NULLS) OVER w AS min_rtt_ms,
+                       last_value(smoothed_rtt_ms IGNORE NULLS) OVER w AS smoothed_rtt_ms,
+                       last_value(rtt_variance_ms IGNORE NULLS) OVER w AS rtt_variance_ms
                 FROM logged_metrics WHERE connection_id = $cid
-                  AND (latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL)),
+                WINDOW w AS (ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
+            m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
             nxt AS (
                 SELECT event_index, lead(event_index) OVER (ORDER BY event_index) AS next_index
                 FROM packets WHERE connection_id = $cid AND direction = 'received'),
