@@ -109,10 +109,11 @@ def has_table(store: Store, name: str) -> bool:
 def cdf(store: Store, expr: str, where: str, group: str) -> pl.DataFrame:
     """Quantiles (CDF_POINTS) of ``expr`` per ``group``, computed in DuckDB."""
     qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
-    return store.sql(f"""SELECT g, unnest(quantile_cont(v, {qs})) AS value, unnest({qs}) AS p, any_value(n) AS n
+    return store.sql(f"""SELECT * FROM (SELECT g, unnest(quantile_cont(v, {qs})) AS value, unnest({qs}) AS p,
+                                             any_value(n) AS n
         FROM (SELECT {group} AS g, ({expr}) AS v, count(*) OVER (PARTITION BY {group}) AS n
               FROM connections WHERE {where} AND ({expr}) IS NOT NULL)
-        GROUP BY g ORDER BY g""")
+        GROUP BY g) ORDER BY g, p""")
 
 
 def cdf_figure(frame: pl.DataFrame, x_title: str, title: str) -> go.Figure:

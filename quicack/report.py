@@ -19,8 +19,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
-from . import ackpolicy
-from .htmlpage import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc, has_table
+from . import ackpolicy, scanreport
+from .htmlpage import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc
 from .store import Store
 
 #: Per-connection sections at most (they are the large part of a report).
@@ -47,6 +47,8 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
     report = Report(out)
     _overview(store, page)
     _handshakes(store, page)
+    if scanreport.has_probes(store):
+        scanreport.scan_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)
