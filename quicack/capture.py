@@ -497,7 +497,9 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         FROM c_pkt p JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
         WHERE {kept}""")
 
-    con.execute(f"""INSERT INTO connections
+    con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+            flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
+            events, quirks)
         SELECT ck.connection_id, {file_id}, ck.trace_index, NULL, 'network', 'client', 'tshark',
                od.odcid, sn.server_name, (c.first_s * 1000)::DOUBLE, (c.first_s * 1000)::DOUBLE,
                ((c.last_s - c.first_s) * 1000)::DOUBLE, c.packets, []
