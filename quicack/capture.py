@@ -81,6 +81,7 @@ def _last(col: str) -> str:
 
 def begin(con: duckdb.DuckDBPyConnection) -> None:
     """Create (empty) the temporary tables :func:`stage_batch` fills."""
+    con.execute("DROP TABLE IF EXISTS c_multi_raw")
     params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE c_dgram (
         frame_number BIGINT, epoch_s DECIMAL(20, 9), src_ep VARCHAR, dst_ep VARCHAR,
@@ -89,11 +90,11 @@ def begin(con: duckdb.DuckDBPyConnection) -> None:
         has_client_hello BOOLEAN, has_initial BOOLEAN, gso BOOLEAN, parsed INTEGER, decrypted INTEGER,
         malformed BOOLEAN, {params})""")
     con.execute("""CREATE OR REPLACE TEMP TABLE c_pkt (
-        frame_number BIGINT, idx BIGINT, event_index BIGINT, packet_type VARCHAR, header_form INTEGER,
+        frame_number BIGINT, idx BIGINT, packet_type VARCHAR, header_form INTEGER,
         size_bytes INTEGER, version BIGINT, version_text VARCHAR, dcid VARCHAR, packet_number BIGINT,
         decryption_failed BOOLEAN, frame_count INTEGER, undecrypted BOOLEAN, eliciting BOOLEAN)""")
     con.execute("""CREATE OR REPLACE TEMP TABLE c_frame (
-        frame_number BIGINT, event_index BIGINT, packet_type VARCHAR, position INTEGER,
+        frame_number BIGINT, idx BIGINT, packet_type VARCHAR, position INTEGER,
         frame_type VARCHAR, largest BIGINT, ack_delay_raw BIGINT, ranges BIGINT[][], ecn_ce BIGINT,
         offset_bytes BIGINT, length_bytes BIGINT, stream_id BIGINT, fin BOOLEAN, sequence_number BIGINT,
         ack_eliciting_threshold BIGINT, request_max_ack_delay_ms DOUBLE, details JSON)""")
@@ -102,15 +103,47 @@ def begin(con: duckdb.DuckDBPyConnection) -> None:
 def stage_batch(con: duckdb.DuckDBPyConnection, batch) -> None:
     """Turn one batch of tshark rows (an Arrow table, every column text) into rows of the
     temporary tables created by :func:`begin`.  Batches hold whole datagrams, so everything here
-    is local to a batch; what needs the whole capture happens in :func:`normalize`."""
-    con.register("tshark_batch", batch)
+    is local to a batch; what needs the whole capture happens in :func:`normalize`.  Datagrams
+    with several QUIC packets wait for their layout (:func:`finish`)."""
+    con.register("tshark_rows", batch)
     try:
-        _batch_datagrams(con)
-        _batch_packets(con)
-        _batch_frames(con)
-        _batch_store(con)
+        con.execute("""CREATE OR REPLACE TEMP VIEW tshark_batch AS
+            SELECT *, NULL::VARCHAR AS quicack_layout FROM tshark_rows
+            WHERE quic_header_form IS NULL OR NOT contains(quic_header_form, ',')""")
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
+            con.execute("CREATE TEMP TABLE c_multi_raw AS SELECT * FROM tshark_rows WHERE false")
+        con.execute("INSERT INTO c_multi_raw SELECT * FROM tshark_rows WHERE contains(quic_header_form, ',')")
+        _stage(con)
     finally:
-        con.unregister("tshark_batch")
+        con.execute("DROP VIEW IF EXISTS tshark_batch")
+        con.unregister("tshark_rows")
+
+
+def finish(con: duckdb.DuckDBPyConnection, layout_file) -> None:
+    """Stage the datagrams holding several QUIC packets, cut by the per-packet field counts the
+    Lua tap wrote to ``layout_file`` (frame number, counts)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
+        return
+    layouts = "SELECT NULL::BIGINT AS frame_number, NULL::VARCHAR AS layout WHERE false"
+    if layout_file.exists() and layout_file.stat().st_size:
+        layouts = (f"SELECT * FROM read_csv('{str(layout_file).replace(chr(39), chr(39) * 2)}', delim='\t', "
+                   "header=false, quote='', escape='', auto_detect=false, "
+                   "columns={'frame_number': 'BIGINT', 'layout': 'VARCHAR'})")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW tshark_batch AS
+        SELECT r.*, l.layout AS quicack_layout
+        FROM c_multi_raw r LEFT JOIN ({layouts}) l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)""")
+    try:
+        _stage(con)
+    finally:
+        con.execute("DROP VIEW IF EXISTS tshark_batch")
+        con.execute("DROP TABLE IF EXISTS c_multi_raw")
+
+
+def _stage(con) -> None:
+    _batch_datagrams(con)
+    _batch_packets(con)
+    _batch_frames(con)
+    _batch_store(con)
 
 
 def _batch_datagrams(con) -> None:
@@ -163,8 +196,8 @@ def _batch_packets(con) -> None:
                {value('quic.dcid')} AS dcid,
                TRY_CAST({value('quic.packet_number')} AS BIGINT) AS packet_number"""
 
-    base, several = con.execute("""SELECT (SELECT count(*) FROM c_pkt),
-        (SELECT count(*) FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok)""").fetchall()[0]
+    several = con.execute(
+        "SELECT count(*) FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok").fetchall()[0][0]
     # One packet: every per-packet field is a single value already.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b0 AS
         SELECT frame_number, 1::BIGINT AS idx, TRY_CAST(quic_header_form AS INTEGER) AS header_form,
@@ -192,9 +225,7 @@ def _batch_packets(con) -> None:
                   FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b AS
         SELECT *, frame_count = 0 AND packet_type NOT IN ('retry', 'version_negotiation') AS undecrypted
-        FROM (SELECT *, {_LONG_TYPE} AS packet_type,
-                     {base} + row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index
-              FROM cp_b0)""")
+        FROM (SELECT *, {_LONG_TYPE} AS packet_type FROM cp_b0)""")
 
 
 # Frame families: the frames that carry a given tshark field, by frame type.
@@ -255,10 +286,10 @@ def _batch_frames(con) -> None:
         WITH d AS (SELECT frame_number, string_split(quic_frame_type, ',') AS types,
                           {", ".join(f"TRY_CAST({column(f)} AS {k}) AS v_{column(f)}" for f, k in kinds.items())}
                    FROM cd_b WHERE simple AND quic_frame_type IS NOT NULL),
-             f AS (SELECT p.event_index, p.packet_type, e.*, TRY_CAST(e.t AS BIGINT) AS type_value
+             f AS (SELECT p.packet_type, e.*, TRY_CAST(e.t AS BIGINT) AS type_value
                    FROM (SELECT *, unnest(types) AS t, generate_subscripts(types, 1) AS fi FROM d) e
                    JOIN cp_b p USING (frame_number))
-        SELECT frame_number, 1::BIGINT AS idx, event_index, packet_type, fi, (fi - 1)::INTEGER AS position,
+        SELECT frame_number, 1::BIGINT AS idx, packet_type, fi, (fi - 1)::INTEGER AS position,
                type_value, frame_type, largest, ack_delay_raw,
                CASE WHEN frame_type = 'ack' THEN
                     CASE WHEN coalesce(range_count, 0) = 0 THEN [[largest - first_range, largest]]
@@ -267,7 +298,7 @@ def _batch_frames(con) -> None:
                END AS ranges,
                ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
                request_max_ack_delay_ms, details
-        FROM (SELECT f.frame_number, f.event_index, f.packet_type, f.fi, f.type_value, {_frame_columns(single)},
+        FROM (SELECT f.frame_number, f.packet_type, f.fi, f.type_value, {_frame_columns(single)},
                      f.v_quic_ack_gap AS gap, f.v_quic_ack_ack_range AS len
               FROM f)""")
 
@@ -283,16 +314,16 @@ def _batch_frames(con) -> None:
 
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_g AS
         WITH f0 AS (
-            SELECT p.frame_number, p.idx, p.event_index, p.packet_type, fi,
+            SELECT p.frame_number, p.idx, p.packet_type, fi,
                    (fi - p.frame_start)::INTEGER AS position,
                    TRY_CAST(string_split(d.quic_frame_type, ',')[fi] AS BIGINT) AS type_value
-            FROM (SELECT frame_number, idx, event_index, packet_type, frame_start,
+            FROM (SELECT frame_number, idx, packet_type, frame_start,
                          unnest(range(frame_start, frame_start + frame_count)) AS fi
                   FROM cp_b WHERE frame_count > 0) p
             JOIN cd_b d USING (frame_number) WHERE NOT d.simple),
         f AS (SELECT *, {ordinals} FROM f0
               WINDOW w AS (PARTITION BY frame_number ORDER BY fi ROWS UNBOUNDED PRECEDING))
-        SELECT f.frame_number, f.idx, f.event_index, f.packet_type, f.fi, f.position, f.type_value,
+        SELECT f.frame_number, f.idx, f.packet_type, f.fi, f.position, f.type_value,
                {_frame_columns(nth)}
         FROM f JOIN cd_b d USING (frame_number)""")
     con.execute("""INSERT INTO cf_b
@@ -312,7 +343,7 @@ def _batch_frames(con) -> None:
                    FROM (SELECT frame_number, fi, largest - first_range AS low, largest AS high FROM a
                          UNION ALL SELECT frame_number, fi, low, low + len FROM lows)
                    GROUP BY frame_number, fi)
-        SELECT g.frame_number, g.idx, g.event_index, g.packet_type, g.fi, g.position, g.type_value,
+        SELECT g.frame_number, g.idx, g.packet_type, g.fi, g.position, g.type_value,
                g.frame_type, g.largest, g.ack_delay_raw, r.ranges, g.ecn_ce, g.offset_bytes, g.length_bytes,
                g.stream_id, g.fin, g.sequence_number, g.ack_eliciting_threshold, g.request_max_ack_delay_ms,
                g.details
@@ -322,12 +353,12 @@ def _batch_frames(con) -> None:
 def _batch_store(con) -> None:
     """Append the batch to the capture-wide tables, with what each datagram tells."""
     con.execute("""INSERT INTO c_frame
-        SELECT frame_number, event_index, packet_type, position, frame_type, largest, ack_delay_raw,
+        SELECT frame_number, idx, packet_type, position, frame_type, largest, ack_delay_raw,
                ranges, ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number,
                ack_eliciting_threshold, request_max_ack_delay_ms, details
         FROM cf_b""")
     con.execute("""INSERT INTO c_pkt
-        SELECT p.frame_number, p.idx, p.event_index, p.packet_type, p.header_form, p.size_bytes, p.version,
+        SELECT p.frame_number, p.idx, p.packet_type, p.header_form, p.size_bytes, p.version,
                p.version_text, p.dcid, p.packet_number, p.decryption_failed, p.frame_count, p.undecrypted,
                CASE WHEN p.frame_count > 0 THEN coalesce(e.eliciting, false) END
         FROM cp_b p
@@ -443,6 +474,10 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none "
                            "dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)", staged.path)
     _assign_connections(con, first_connection_id)
+    # event_index: the packet's position in the capture (datagrams with several packets were
+    # staged last).
+    con.execute("""CREATE OR REPLACE TEMP TABLE pidx AS
+        SELECT frame_number, idx, row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index FROM c_pkt""")
 
     # Packets kept: everything except the unparsable remainder of GSO super-frames.
     kept = "NOT (p.undecrypted AND m.gso)"
@@ -475,18 +510,18 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         WHERE nth = 1""")
 
     con.execute("""INSERT INTO frames
-        SELECT m.connection_id, f.event_index, f.position, f.frame_type,
+        SELECT m.connection_id, x.event_index, f.position, f.frame_type,
                CASE WHEN f.frame_type = 'ack' THEN f.ack_delay_raw
                     * pow(2, CASE WHEN f.packet_type = 'initial' THEN 3
                                   ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0 END,
                f.ack_delay_raw, f.largest, f.ranges, f.ecn_ce, f.offset_bytes, f.length_bytes,
                f.stream_id, f.fin, f.sequence_number, f.ack_eliciting_threshold,
                f.request_max_ack_delay_ms, NULL, f.details
-        FROM c_frame f JOIN dmap m USING (frame_number)
+        FROM c_frame f JOIN dmap m USING (frame_number) JOIN pidx x USING (frame_number, idx)
         LEFT JOIN transport_parameters tp ON tp.connection_id = m.connection_id AND tp.endpoint = m.sender""")
 
     con.execute(f"""INSERT INTO packets
-        SELECT m.connection_id, p.event_index, ((m.epoch_s - c.first_s) * 1000)::DOUBLE,
+        SELECT m.connection_id, x.event_index, ((m.epoch_s - c.first_s) * 1000)::DOUBLE,
                (m.epoch_s * 1000)::DOUBLE,
                CASE WHEN m.sender = 'client' THEN 'sent' ELSE 'received' END, m.sender,
                p.packet_type, {_SPACE.replace('packet_type', 'p.packet_type')},
@@ -495,6 +530,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                CASE WHEN NOT p.undecrypted THEN p.packet_number END, p.size_bytes,
                p.frame_number, p.eliciting, p.frame_count
         FROM c_pkt p JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
+        JOIN pidx x USING (frame_number, idx)
         WHERE {kept}""")
 
     con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
@@ -504,7 +540,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                od.odcid, sn.server_name, (c.first_s * 1000)::DOUBLE, (c.first_s * 1000)::DOUBLE,
                ((c.last_s - c.first_s) * 1000)::DOUBLE, c.packets, []
         FROM ck JOIN cstart c USING (connection_id)
-        LEFT JOIN (SELECT m.connection_id, arg_min(p.dcid, p.event_index) AS odcid
+        LEFT JOIN (SELECT m.connection_id, arg_min(p.dcid, (p.frame_number, p.idx)) AS odcid
                    FROM c_pkt p JOIN dmap m USING (frame_number)
                    WHERE m.sender = 'client' AND p.packet_type = 'initial' GROUP BY ALL) od USING (connection_id)
         LEFT JOIN (SELECT m.connection_id, arg_min(d.server_name, d.frame_number) AS server_name
@@ -542,7 +578,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                           arg_min(src_ep, frame_number) FILTER (WHERE sender = 'server') AS server_ep,
                           count(*) FILTER (WHERE gso) AS superframes
                    FROM dmap GROUP BY ALL) e USING (connection_id)
-        LEFT JOIN (SELECT m.connection_id, arg_min(p.version_text, p.event_index) AS version_text
+        LEFT JOIN (SELECT m.connection_id, arg_min(p.version_text, (p.frame_number, p.idx)) AS version_text
                    FROM c_pkt p JOIN dmap m USING (frame_number)
                    WHERE p.header_form = 1 AND p.version <> 0 GROUP BY ALL) v USING (connection_id)""")
 
@@ -556,7 +592,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
     for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
-                  "dmap", "cstart"):
+                  "dmap", "cstart", "pidx"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 

@@ -8,11 +8,11 @@ rows are parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
 dissecting.  No per-packet Python runs.
 
 ``-T fields`` flattens the QUIC packets coalesced in one UDP datagram: the frame types of an
-Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua postdissector
-(generated below) walks the protocol tree of every datagram that holds more than one QUIC packet
-and writes, per QUIC packet, how many occurrences of each per-packet field it holds
-(``quicack.layout``: ``"c1.c2…;c1.c2…"``); :mod:`quicack.capture` cuts the lists with those counts.
-For the usual one-packet datagram it does nothing, so it costs next to nothing.
+Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua tap (generated below),
+called by tshark only for datagrams with more than one QUIC packet (its filter), walks their
+protocol tree and writes to a side file, per QUIC packet, how many occurrences of each per-packet
+field it holds (``frame number<TAB>c1.c2…;c1.c2…``); :mod:`quicack.capture` cuts the lists with
+those counts.  The usual one-packet datagram never reaches Lua, so it costs nothing.
 
 Secrets: ``--keylog FILE``; else a key log beside the capture (``<name>.keys``, ``<name>.keylog``,
 ``keys.log``, ``sslkeylog``, ``sslkeylog.log``, ``sslkeylogfile``, or the only ``*.keys`` of the
@@ -99,7 +99,7 @@ DATAGRAM_FIELDS = (
     "frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst",
     "udp.srcport", "udp.dstport", "udp.length", "icmp.type", "icmpv6.type",
     "quic.connection.number", "quic.header_form", "tls.handshake.extensions_server_name",
-    "quicack.layout", "_ws.malformed",
+    "_ws.malformed",
 )
 
 ALL_FIELDS = DATAGRAM_FIELDS + PACKET_FIELDS + FRAME_FIELDS + tuple(PARAMETER_FIELDS.values())
@@ -117,13 +117,10 @@ io.stderr:write("quicack-tshark-version " .. get_version() .. "\\n")
 local names = {%(names)s}
 local slot = {}
 for i, n in ipairs(names) do slot[n] = i; Field.new(n) end
-local header_form = Field.new("quic.header_form")
-local proto = Proto("quicack", "quicack QUIC packet layout")
-local layout = ProtoField.string("quicack.layout", "Per-packet field counts")
-proto.fields = { layout }
-function proto.dissector(tvb, pinfo, tree)
-  local forms = { header_form() }
-  if #forms < 2 then return end
+Field.new("quic.header_form")
+local out = assert(io.open([==[%(out)s]==], "w"))
+local tap = Listener.new("frame", "count(quic.header_form) > 1")
+function tap.packet(pinfo, tvb)
   local packets, current = {}, nil
   for _, fi in ipairs({ all_field_infos() }) do
     local name = fi.name
@@ -137,18 +134,19 @@ function proto.dissector(tvb, pinfo, tree)
       if i then current[i] = current[i] + 1 end
     end
   end
-  local out = {}
+  local row = {}
   for _, counts in ipairs(packets) do
-    if counts.form > 0 then out[#out + 1] = table.concat(counts, ".") end
+    if counts.form > 0 then row[#row + 1] = table.concat(counts, ".") end
   end
-  tree:add(layout, table.concat(out, ";"))
+  out:write(pinfo.number, "\\t", table.concat(row, ";"), "\\n")
 end
-register_postdissector(proto)
+function tap.draw() out:flush() end
 """
 
 
-def lua_script() -> str:
-    return _LUA % {"names": ", ".join(f'"{n}"' for n in PACKET_FIELDS)}
+def lua_script(layout_file: Path | str = "/dev/null") -> str:
+    """The Lua tap writing the per-packet field counts of multi-packet datagrams to ``layout_file``."""
+    return _LUA % {"names": ", ".join(f'"{n}"' for n in PACKET_FIELDS), "out": str(layout_file)}
 
 
 # --- finding things ---------------------------------------------------------------------------
@@ -294,9 +292,9 @@ def _tshark_error(stderr: str) -> str:
     return " ".join(lines)[:400]
 
 
-#: Bytes of tshark output handed to DuckDB at a time (≈ 25k frames): few enough statements to
+#: Bytes of tshark output handed to DuckDB at a time (≈ 6k frames): few enough statements to
 #: keep DuckDB's per-statement cost small, early enough to overlap with tshark.
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 1 << 20
 
 
 def _parse(block: bytes, bad_rows: list[int]) -> pa.Table:
@@ -322,7 +320,9 @@ def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], wo
     still dissects (a thread empties its pipe so it never waits for DuckDB).  Return (frames,
     tshark version, warnings); raise QuicackError if the capture cannot be read."""
     lua = workdir / "quicack_layout.lua"
-    lua.write_text(lua_script())
+    layout_file = workdir / "layout.tsv"
+    layout_file.unlink(missing_ok=True)
+    lua.write_text(lua_script(layout_file))
     try:
         proc = subprocess.Popen(_command(binary, path, keylog, ports, str(lua)), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, bufsize=0)
@@ -383,9 +383,6 @@ def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], wo
     if returncode != 0:
         if frames and ("cut short" in message or "truncated" in message.lower()):
             warnings.append(f"{path}: {message}; kept every complete frame before it")
-        elif "quicack.layout" in message:
-            raise QuicackError(f"this tshark runs no Lua scripts (needed to split coalesced packets): {message}",
-                               str(path))
         elif "aren't valid" in message:
             raise QuicackError(f"tshark does not know fields quicack reads (tshark ≥ "
                                f"{'.'.join(map(str, MIN_TSHARK))} needed): {message}", str(path))
@@ -394,6 +391,11 @@ def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], wo
                                str(path))
     if bad_rows:
         warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
+    if version is None:
+        warnings.append(f"{path}: tshark ran no Lua script (Lua disabled?): datagrams holding several "
+                        "QUIC packets cannot be split and are left out")
+    from . import capture
+    capture.finish(con, layout_file)
     return frames, version, warnings
 
 
