@@ -75,8 +75,11 @@ def quicack_analyze(capture: Path, keylog: Path | None, workdir: Path) -> tuple[
 
 
 def pyshark_rate(capture: Path, keylog: Path | None, limit: int) -> tuple[int, float]:
+    import asyncio
+
     import pyshark
 
+    asyncio.set_event_loop(asyncio.new_event_loop())  # make_capture's asyncio.run() left none
     prefs = {"tls.keylog_file": str(keylog)} if keylog else {}
     start = time.perf_counter()
     cap = pyshark.FileCapture(str(capture), override_prefs=prefs, disable_protocol="http3",

@@ -292,9 +292,9 @@ def _tshark_error(stderr: str) -> str:
     return " ".join(lines)[:400]
 
 
-#: Bytes of tshark output handed to DuckDB at a time (≈ 6k frames): few enough statements to
+#: Bytes of tshark output handed to DuckDB at a time (≈ 13k frames): few enough statements to
 #: keep DuckDB's per-statement cost small, early enough to overlap with tshark.
-BATCH_BYTES = 1 << 20
+BATCH_BYTES = 2 << 20
 
 
 def _parse(block: bytes, bad_rows: list[int]) -> pa.Table:
