@@ -8,7 +8,7 @@ import shutil
 import polars as pl
 from click.testing import CliRunner
 
-from conftest import DATA, ensure_command
+from conftest import DATA
 from quicack.cli import main
 
 CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"
@@ -83,8 +83,7 @@ CAPTURE = DATA / "local/aioquic-aioquic-handshake/cap.pcapng"
 KEYS = DATA / "local/aioquic-aioquic-handshake/keys.log"
 
 
-def test_analyze_picks_captures_from_folders_and_decrypts_them(tmp_path):
-    ensure_command("tshark", "tshark")
+def test_analyze_picks_captures_from_folders_and_decrypts_them(tmp_path, tshark):
     """A folder with a capture (keys.log beside it), a gzipped copy elsewhere and a qlog."""
     folder = tmp_path / "traces" / "run1"
     folder.mkdir(parents=True)
@@ -108,8 +107,7 @@ def test_analyze_picks_captures_from_folders_and_decrypts_them(tmp_path):
     assert "warning" not in keyed.output
 
 
-def test_analyze_capture_options_are_checked(tmp_path):
-    ensure_command("tshark", "tshark")
+def test_analyze_capture_options_are_checked(tmp_path, tshark):
     missing = run("analyze", CAPTURE, "--keylog", tmp_path / "none.log", "--db", tmp_path / "q.duckdb")
     assert missing.exit_code == 2 and "does not exist" in missing.output
     assert run("analyze", CAPTURE, "--quic-port", "0", "--db", tmp_path / "q.duckdb").exit_code == 2

@@ -16,19 +16,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ensure_command
 from quicack import QuicackError, Store
 from quicack.cli import main
 from quicack.compare import compare_files
 
 DATA = Path(__file__).parent / "data/local"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _tshark():
-    """The real tshark (and editcap): installed from Debian when missing, never skipped."""
-    ensure_command("tshark", "tshark")
-    ensure_command("editcap", "tshark")
+pytestmark = pytest.mark.usefixtures("tshark")
 ONE = DATA / "aioquic-aioquic-handshake"
 TWO = DATA / "aioquic-two-connections"
 

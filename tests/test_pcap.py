@@ -27,19 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ensure_command
 from quicack import Store
 from quicack.capture import GSO_REMEDY
 from quicack.pcap import find_keylog, lua_script, PACKET_FIELDS
 
 DATA = Path(__file__).parent / "data"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _tshark():
-    """The real tshark (and editcap): installed from Debian when missing, never skipped."""
-    ensure_command("tshark", "tshark")
-    ensure_command("editcap", "tshark")
+pytestmark = pytest.mark.usefixtures("tshark")
 ZEEK = DATA / "zeek/testing/btest/Traces/quic"
 INTEROP = ZEEK / "interop/quic-go_quic-go"
 P2Q = DATA / "pcap2qlog/examples"
