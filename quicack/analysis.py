@@ -60,6 +60,7 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = hs.{col}' for col in _HANDSHAKE_COLUMNS)}
         FROM hs WHERE c.connection_id = hs.connection_id""")
     _fill_sql_figures(con, first_connection_id)
+    _distrust_gso_captures(con, first_connection_id)
 
     _update_replay_columns(con, _replay_all(con, first_connection_id, handshakes))
     con.execute("DROP TABLE IF EXISTS hs")
@@ -175,6 +176,19 @@ def _fill_sql_figures(con, first_id: int) -> None:
         WHERE c.connection_id >= ? AND f.connection_id = c.connection_id
           AND f.event_index = c.first_ack_event_index AND f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL""",
                 [first_id])
+
+
+def _distrust_gso_captures(con, first_id: int) -> None:
+    """A capture whose UDP GSO super-frames (several datagrams tshark saw as one and could not
+    split or decrypt) come before the ServerHello may hide the real first flight: its class is
+    ``unknown`` (reason ``gso_superframes``), with what the visible packets said kept in the notes."""
+    con.execute("""UPDATE connections c SET handshake_class = 'unknown', handshake_reason = 'gso_superframes',
+            handshake_notes = list_append(coalesce(c.handshake_notes, []), 'visible_packets_say_' || c.handshake_class)
+        WHERE c.connection_id >= $first AND c.handshake_class <> 'unknown' AND EXISTS (
+            SELECT 1 FROM capture_issues i WHERE i.connection_id = c.connection_id AND i.kind = 'gso_superframe'
+              AND (c.server_hello_event_index IS NULL OR i.epoch_ms <= (
+                   SELECT p.epoch_ms FROM packets p WHERE p.connection_id = c.connection_id
+                     AND p.event_index = c.server_hello_event_index)))""", {"first": first_id})
 
 
 # --- RFC 9002 replay ------------------------------------------------------------------------------

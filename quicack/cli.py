@@ -18,7 +18,6 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from . import ingest, qlogwriter
-from . import report as report_module
 from .compare import compare_files
 from .model import QuicackError, Summary
 from .store import Store
@@ -222,12 +221,13 @@ def export(db, directory, qlog_path, connections):
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="HTML file to write  [default: reports/<store name>.html]")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
-@click.option("--max-connections", default=report_module.DEFAULT_MAX_CONNECTIONS, show_default=True,
+@click.option("--max-connections", default=12, show_default=True,
               help="Connections that get a section of their own.")
 def report(db, out, open_browser, max_connections):
     """Write a self-contained HTML report of the store (plotly, works offline): handshake classes,
     gaps, first ACK delays and PTOs, ACK policy of transfers, per-connection sequence diagrams and
     RTT/PTO replay next to the logged values."""
+    from . import report as report_module  # plotly loads only for reports
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     out = out or str(Path("reports") / (Path(db).stem + ".html"))

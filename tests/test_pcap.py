@@ -356,6 +356,20 @@ def test_gso_superframes_reported_and_not_misread(tmp_path):
         f"GSO super-frames that tshark cannot split: the packets inside them are missing; {GSO_REMEDY}"]
 
 
+def test_gso_superframes_before_the_serverhello_make_the_class_unknown(tmp_path):
+    from quicack.analysis import _distrust_gso_captures
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest(GSO / "cap.pcapng")
+        # here every super-frame comes after the handshake: the class stands
+        assert store.con.execute("SELECT handshake_class FROM connections").fetchall() == [("wfc",)]
+        # had one come before the ServerHello, the visible packets could mislead
+        store.con.execute("""UPDATE capture_issues SET epoch_ms = (SELECT min(epoch_ms) FROM packets)
+                             WHERE frame_number = (SELECT min(frame_number) FROM capture_issues)""")
+        _distrust_gso_captures(store.con, 1)
+        assert store.con.execute("SELECT handshake_class, handshake_reason, handshake_notes FROM connections"
+                                 ).fetchall() == [("unknown", "gso_superframes", ["visible_packets_say_wfc"])]
+
+
 def test_gzip_capture_and_keylog_option(tmp_path):
     """A gzipped copy without a key log beside it: only the Initial packets decrypt; with --keylog
     the same packets as the original, and the store re-ingests the same bytes when the key log
