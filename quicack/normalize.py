@@ -79,7 +79,8 @@ _FRAME = {"frame_type": V, "type": V, "ack_delay": D, "frame_type.ack.ack_delay"
           "sequence_number": B, "ack_eliciting_threshold": B, "packet_tolerance": B, "request_max_ack_delay": D,
           "update_max_ack_delay": D, "max_ack_delay": D, "reordering_threshold": B}
 _TYPES = {
-    "packet": {"packet_type": V, "packet_number": B, "packet_size": B, "datagram_id": B, "header": _HEADER,
+    "packet": {"packet_type": V, "packet_number": B, "packet_size": B, "datagram_id": B,
+               "datagram_payload_checksum": B, "header": _HEADER,
                "raw": {"length": B}, "frames": [{"frame_type": V, "type": V}]},
     "frames": {"frames": [_FRAME]},
     "parameters": {"owner": V, "max_ack_delay": D, "ack_delay_exponent": B, "min_ack_delay": D,
@@ -148,10 +149,11 @@ class Normalizer:
         self.slices: dict[int, int] = {}  # slices per trace
         con.execute("""CREATE OR REPLACE TEMP TABLE conn (trace_index INTEGER, group_key VARCHAR,
             connection_id BIGINT, first_event BIGINT, events BIGINT, base_ms DOUBLE, first_ms DOUBLE,
-            last_ms DOUBLE, has_packet BOOLEAN, client_cid VARCHAR, last_direction VARCHAR, last_t DOUBLE,
-            last_rank INTEGER, datagrams BIGINT, odcid VARCHAR)""")
+            last_ms DOUBLE, vantage VARCHAR, flow VARCHAR, has_packet BOOLEAN, client_cid VARCHAR,
+            first_sent BIGINT, last_direction VARCHAR, last_t DOUBLE, last_rank INTEGER, last_checksum BIGINT,
+            last_rx_seq BIGINT, datagrams BIGINT, rx_datagrams BIGINT, odcid VARCHAR)""")
         con.execute("""CREATE OR REPLACE TEMP TABLE tp_ev (connection_id BIGINT, event_index BIGINT,
-            owner VARCHAR, endpoint VARCHAR, t_ms DOUBLE, max_ack_delay DOUBLE, ack_delay_exponent INTEGER,
+            owner VARCHAR, t_ms DOUBLE, max_ack_delay DOUBLE, ack_delay_exponent INTEGER,
             min_ack_delay DOUBLE, initial_max_data BIGINT, max_udp_payload_size BIGINT,
             max_idle_timeout DOUBLE, active_connection_id_limit BIGINT, data JSON)""")
 
@@ -187,7 +189,8 @@ class Normalizer:
         next_id = self.first_connection_id + self.connections
         self._exec(f"""INSERT INTO conn
             SELECT {trace_index}, group_key, {next_id} - 1 + row_number() OVER (ORDER BY first_row),
-                   {offset} + first_row, 0, lo, lo, hi, false, NULL, NULL, NULL, NULL, 0, NULL
+                   {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL, NULL,
+                   NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
             FROM slice_groups g WHERE group_key NOT IN (SELECT group_key FROM conn WHERE trace_index = {trace_index})""")
         self.connections = con.execute("SELECT count(*) FROM conn").fetchall()[0][0]
         self._exec(f"""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
@@ -208,13 +211,8 @@ class Normalizer:
                                  ev.t_ms - c.base_ms AS time_ms, {epoch} AS epoch_ms
                           FROM slice_events ev JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = ev.group_key) e"""
 
-        # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
-        # observer takes the side named by its flow ('client' unless it says otherwise).
-        local = "server" if t.vantage.value == "server" or (t.vantage.value == "network" and t.flow == "server") \
-            else "client"
-        peer = "client" if local == "server" else "server"
-        self._parameters(named("parameters_set"), local, peer)
-        self._packets(named("packet_sent"), named(*PACKET_EVENTS), t, local)
+        self._parameters(named("parameters_set"))
+        self._packets(named("packet_sent"), named(*PACKET_EVENTS), t, named)
         self._events(t, named)
         self._odcid(named("parameters_set"), named("connection_started"))
         self._scratch = {}
@@ -243,12 +241,12 @@ class Normalizer:
         slice_datagrams = self._scratch.get("slice_datagrams")  # noqa: F841
         self._scratch[name] = self.con.sql(sql).to_arrow_table(ARROW_BATCH_ROWS)
 
-    def _parameters(self, names: list[str], local: str, peer: str) -> None:
+    def _parameters(self, names: list[str]) -> None:
         if not names:
             return
         d = "d"
         self._exec(f"""INSERT INTO tp_ev
-            SELECT connection_id, event_index, owner, CASE WHEN owner = 'local' THEN '{local}' ELSE '{peer}' END,
+            SELECT connection_id, event_index, owner,
                    t_ms, {_num(f"{d}.max_ack_delay")}, {_num(f"{d}.ack_delay_exponent", "INTEGER")},
                    {_num(f"{d}.min_ack_delay")} / 1000.0, {_num(f"{d}.initial_max_data", "BIGINT")},
                    {_num(f"coalesce({d}.max_udp_payload_size, {d}.max_packet_size)", "BIGINT")},
@@ -257,77 +255,124 @@ class Normalizer:
             FROM (SELECT *, coalesce(lower(d.owner), 'local') AS owner
                   FROM (SELECT *, {_data("parameters")} AS d FROM {self._e} WHERE name IN {_in(names)}))""")
 
-    def _packets(self, sent: list[str], packet_names: list[str], t: TraceInfo, local: str) -> None:
-        con = self.con
+    def _packets(self, sent: list[str], packet_names: list[str], t: TraceInfo, named) -> None:
+        # aioquic logs datagrams_received before the packets of each datagram: count them.
+        received = named("datagrams_received") if t.rx_datagram_events_first else []
         if not packet_names:
-            self._keep("slice_packets", "SELECT NULL::BIGINT AS connection_id, "
-                        "NULL::BIGINT AS event_index, NULL::VARCHAR AS sender, NULL::VARCHAR AS packet_type, "
-                        "NULL::VARCHAR AS dcid WHERE false")
+            self._keep("slice_datagrams", "SELECT NULL::BIGINT AS connection_id, NULL::BIGINT AS event_index, "
+                       "NULL::VARCHAR AS sender, NULL::VARCHAR AS direction, NULL::VARCHAR AS packet_type, "
+                       "NULL::VARCHAR AS dcid WHERE false")
+            self._count_received(received)
             return
-        peer = "client" if local == "server" else "server"
-        is_sent = f"name IN {_in(sent)}"
+        if received:
+            rows = f"""(SELECT * FROM (
+                SELECT *, count(*) FILTER (WHERE name IN {_in(received)}) OVER (PARTITION BY connection_id
+                              ORDER BY event_index ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rx_in_slice
+                FROM {self._e} WHERE name IN {_in(packet_names + received)}) WHERE name IN {_in(packet_names)})"""
+        else:
+            none = "0" if t.rx_datagram_events_first else "NULL"  # no datagrams_received in this slice
+            rows = f"(SELECT *, {none}::BIGINT AS rx_in_slice FROM {self._e} WHERE name IN {_in(packet_names)})"
         self._keep("slice_packets", f"""
-            SELECT connection_id, event_index, time_ms, epoch_ms, t_ms,
-                   CASE WHEN {is_sent} THEN 'sent' ELSE 'received' END AS direction,
-                   CASE WHEN {is_sent} THEN '{local}' ELSE '{peer}' END AS sender,
+            SELECT connection_id, event_index, time_ms, epoch_ms, t_ms, name IN {_in(sent)} AS is_sent,
                    packet_type, {_RANK.format(t='packet_type')} AS rank, packet_number, size_bytes,
-                   logged_datagram_id, scid, dcid, coalesce(len(frames), 0)::INTEGER AS frame_count,
+                   logged_datagram_id, checksum, rx_in_slice, scid, dcid,
+                   coalesce(len(frames), 0)::INTEGER AS frame_count,
                    len(list_filter(frames, lambda f: {_FRAME_TYPE} NOT IN {_in(list(NON_ACK_ELICITING))})) > 0
                        AS eliciting
             FROM (SELECT * EXCLUDE (raw_type), {_PACKET_TYPE.format(x='raw_type')} AS packet_type
-            FROM (SELECT connection_id, event_index, time_ms, epoch_ms, t_ms, name,
+            FROM (SELECT connection_id, event_index, time_ms, epoch_ms, t_ms, name, rx_in_slice,
                          {_raw_packet_type('d')} AS raw_type, {_packet_number('d')} AS packet_number,
                          {_num("coalesce(d.raw.length, d.header.packet_size, d.packet_size, d.header.length)",
                                "INTEGER")} AS size_bytes,
                          {_num("coalesce(d.datagram_id, d.header.datagram_id)", "BIGINT")} AS logged_datagram_id,
+                         d.datagram_payload_checksum AS checksum,
                          d.header.scid AS scid, d.header.dcid AS dcid, d.frames AS frames
-                  FROM (SELECT *, {_data("packet")} AS d FROM {self._e} WHERE name IN {_in(packet_names)})))""")
+                  FROM (SELECT *, {_data("packet")} AS d FROM {rows})))""")
 
-        # The client's CID: the source CID of the connection's first packet event.
-        self._exec("""UPDATE conn SET has_packet = true, client_cid = f.cid
-            FROM (SELECT connection_id, first(scid ORDER BY event_index) AS cid FROM slice_packets GROUP BY connection_id) f
+        # A trace without a vantage point (quinn) takes it from each connection's first packet
+        # event if that is an Initial: a client's first packet is one it sends, a server's one it
+        # receives.
+        self._exec(f"""UPDATE conn SET has_packet = true,
+                vantage = CASE WHEN {_lit(t.vantage_from_first_packet)} AND f.first_type = 'initial'
+                               THEN f.side ELSE conn.vantage END
+            FROM (SELECT connection_id, arg_min(packet_type, event_index) AS first_type,
+                         arg_min(CASE WHEN is_sent THEN 'client' ELSE 'server' END, event_index) AS side
+                  FROM slice_packets GROUP BY connection_id) f
             WHERE conn.connection_id = f.connection_id AND NOT conn.has_packet""")
-        if t.sender_from_cids:
-            # Without direction in the events, a long header's source CID equal to the one of the
-            # client's first Initial marks a client packet, and a short header whose destination
-            # CID is that one marks a server packet.
-            sender = """CASE WHEN p.scid IS NOT NULL
-                             THEN CASE WHEN p.scid = c.client_cid THEN 'client' ELSE 'server' END
-                             ELSE CASE WHEN p.dcid = c.client_cid THEN 'server' ELSE 'client' END END"""
-            self._keep("slice_packets", f"""
-                SELECT p.* REPLACE (CASE WHEN ({sender}) = '{local}' THEN 'sent' ELSE 'received' END AS direction,
-                                    {sender} AS sender)
-                FROM slice_packets p JOIN conn c USING (connection_id)""")
 
-        self._frames(t, packet_names)
+        # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
+        # observer takes the side named by its flow ('client' unless it says otherwise).
+        local, peer = _local_side("c.vantage", "c.flow"), _peer_side("c.vantage", "c.flow")
+        if t.sender_from_cids:
+            # Without direction in the events, a long header's source CID equal to the first one
+            # logged (the client's first Initial) marks a client packet, and a short header whose
+            # destination CID is that one marks a server packet.
+            client_cid = """coalesce(c.client_cid, first_value(p.scid IGNORE NULLS) OVER (PARTITION BY p.connection_id
+                                ORDER BY p.event_index ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))"""
+            sender = f"""CASE WHEN p.scid IS NOT NULL
+                              THEN CASE WHEN p.scid = {client_cid} THEN 'client' ELSE 'server' END
+                              ELSE CASE WHEN p.dcid = {client_cid} THEN 'server' ELSE 'client' END END"""
+            direction = f"CASE WHEN ({sender}) = ({local}) THEN 'sent' ELSE 'received' END"
+        else:
+            sender = f"CASE WHEN p.is_sent THEN {local} ELSE {peer} END"
+            direction = "CASE WHEN p.is_sent THEN 'sent' ELSE 'received' END"
 
         # Datagrams: the logged datagram_id when there is one; otherwise a packet starts a new
-        # datagram unless it follows, at the same time and in the same direction, a packet of an
-        # earlier coalescing order (RFC 9000 §12.2).  The packet before a connection's first one in
-        # this slice is the last one of the previous slice (carried in conn).
+        # datagram unless it follows, in the same direction, a packet of the same datagram: one
+        # logged at the same time with an earlier coalescing order (RFC 9000 §12.2: Initial,
+        # 0-RTT, Handshake, then 1-RTT last), one with the same datagram_payload_checksum
+        # (quic-go), or — received, in traces that log datagrams_received before their packets
+        # (aioquic) — one after the same datagrams_received event.  The packet before a
+        # connection's first one in this slice is the last one of the previous slice (in conn).
         # (The windows see only the few columns they need: wide rows make them slow.)
-        self._keep("slice_datagrams", """
-            SELECT event_index, connection_id, direction, t_ms, rank, starts,
+        def prev(column: str, carried: str) -> str:
+            return (f"CASE WHEN lag(event_index) OVER w IS NULL THEN {carried} "
+                    f"ELSE lag({column}) OVER w END")
+        self._keep("slice_datagrams", f"""
+            SELECT event_index, connection_id, direction, sender, packet_type, dcid, t_ms, rank, checksum,
+                   rx_seq, starts,
                    datagrams + sum(starts) OVER (PARTITION BY connection_id ORDER BY event_index
                                                  ROWS UNBOUNDED PRECEDING) - 1 AS derived_datagram_id
-            FROM (SELECT p.event_index, p.connection_id, p.direction, p.t_ms, p.rank, c.datagrams,
-                         CASE WHEN coalesce(lag(p.direction) OVER w, c.last_direction) = p.direction
-                               AND coalesce(lag(p.t_ms) OVER w, c.last_t) = p.t_ms
-                               AND coalesce(lag(p.rank) OVER w, c.last_rank) < p.rank THEN 0 ELSE 1 END AS starts
-                  FROM slice_packets p JOIN conn c USING (connection_id)
-                  WINDOW w AS (PARTITION BY p.connection_id ORDER BY p.event_index))""")
+            FROM (SELECT *,
+                         CASE WHEN {prev('direction', 'last_direction')} = direction
+                               AND (({prev('t_ms', 'last_t')} = t_ms AND {prev('rank', 'last_rank')} < rank)
+                                    OR {prev('checksum', 'last_checksum')} = checksum
+                                    OR (direction = 'received' AND {prev('rx_seq', 'last_rx_seq')} = rx_seq))
+                              THEN 0 ELSE 1 END AS starts
+                  FROM (SELECT p.event_index, p.connection_id, p.packet_type, p.dcid, p.t_ms, p.rank, p.checksum,
+                               c.rx_datagrams + p.rx_in_slice AS rx_seq, {direction} AS direction,
+                               {sender} AS sender, c.datagrams, c.last_direction, c.last_t, c.last_rank,
+                               c.last_checksum, c.last_rx_seq
+                        FROM slice_packets p JOIN conn c USING (connection_id))
+                  WINDOW w AS (PARTITION BY connection_id ORDER BY event_index))""")
         self._exec(f"""INSERT INTO packets
-            SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, p.direction, p.sender, p.packet_type,
+            SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, pk.direction, pk.sender, p.packet_type,
                    {_SPACE.format(t='p.packet_type')}, p.packet_number, p.size_bytes,
                    coalesce(p.logged_datagram_id, pk.derived_datagram_id),
                    CASE WHEN p.frame_count > 0 THEN p.eliciting END, p.frame_count
             FROM slice_packets p JOIN slice_datagrams pk USING (event_index)""")
         self._exec("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
-                               datagrams = conn.datagrams + l.starts
-            FROM (SELECT connection_id, arg_max(direction, event_index) AS direction,
-                         arg_max(t_ms, event_index) AS t_ms, arg_max(rank, event_index) AS rank,
-                         sum(starts) AS starts FROM slice_datagrams GROUP BY connection_id) l
+                               last_checksum = l.checksum, last_rx_seq = l.rx_seq,
+                               datagrams = conn.datagrams + l.starts,
+                               first_sent = coalesce(conn.first_sent, l.first_sent),
+                               client_cid = coalesce(conn.client_cid, s.cid)
+            FROM (SELECT connection_id, arg_max_null(direction, event_index) AS direction,
+                         arg_max_null(t_ms, event_index) AS t_ms, arg_max_null(rank, event_index) AS rank,
+                         arg_max_null(checksum, event_index) AS checksum, arg_max_null(rx_seq, event_index) AS rx_seq,
+                         sum(starts) AS starts, min(event_index) FILTER (WHERE direction = 'sent') AS first_sent
+                  FROM slice_datagrams GROUP BY connection_id) l
+            LEFT JOIN (SELECT connection_id, first(scid ORDER BY event_index) FILTER (WHERE scid IS NOT NULL) AS cid
+                       FROM slice_packets GROUP BY connection_id) s USING (connection_id)
             WHERE conn.connection_id = l.connection_id""")
+        self._count_received(received)
+        self._frames(t, packet_names)
+
+    def _count_received(self, received: list[str]) -> None:
+        if received:
+            self._exec(f"""UPDATE conn SET rx_datagrams = conn.rx_datagrams + r.n
+                FROM (SELECT connection_id, count(*) AS n FROM {self._e} WHERE name IN {_in(received)}
+                      GROUP BY connection_id) r
+                WHERE conn.connection_id = r.connection_id""")
 
     def _frames(self, t: TraceInfo, packet_names: list[str]) -> None:
         # RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the
@@ -343,7 +388,7 @@ class Normalizer:
         else:
             decoded = (f"{value} * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3 "
                        "ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0")
-            tp_join = f"""JOIN slice_packets p USING (event_index)
+            tp_join = f"""JOIN slice_datagrams p USING (event_index)
                           LEFT JOIN ({_TP_EXPONENT}) tp
                           ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender"""
         with_columns = _in(list(FRAMES_WITH_COLUMNS))
@@ -387,13 +432,22 @@ class Normalizer:
         rtt = f"* {scale} * {_lit(t.metric_scale_ms)}"
         metrics = named("metrics_updated")
         if metrics:
+            # RFC 9002 §5.1: an RTT sample needs an ACK of a packet the endpoint sent, so latest_rtt
+            # and min_rtt logged before its first packet_sent are initial values, not samples
+            # (quinn logs its 333 ms initial RTT as both in a connection's first event).  A later
+            # slice can only move that first packet earlier than "never": finish() clears the
+            # values logged before a first packet_sent found in a later slice.
+            unset = "(d.min_rtt IS NULL AND d.latest_rtt = 0)" if t.latest_rtt_zero_is_unset else "false"
+            before = "coalesce(event_index < c.first_sent, false)"
             self._exec(f"""INSERT INTO logged_metrics
                 SELECT connection_id, event_index, time_ms,
-                       {_num("d.latest_rtt")} {rtt}, {_num("d.min_rtt")} {rtt}, {_num("d.smoothed_rtt")} {rtt},
+                       CASE WHEN NOT {unset} AND NOT {before} THEN {_num("d.latest_rtt")} {rtt} END,
+                       CASE WHEN NOT {before} THEN {_num("d.min_rtt")} {rtt} END, {_num("d.smoothed_rtt")} {rtt},
                        {_num("coalesce(d.rtt_variance, d.rttvar, d.rtt_var)")} {rtt},
                        {_num("d.pto_count", "INTEGER")}, {_num("coalesce(d.congestion_window, d.cwnd)", "BIGINT")},
                        {_num("d.bytes_in_flight", "BIGINT")}
-                FROM (SELECT *, {_data("metrics")} AS d FROM {self._e} WHERE name IN {_in(metrics)})""")
+                FROM (SELECT *, {_data("metrics")} AS d FROM {self._e} WHERE name IN {_in(metrics)})
+                JOIN conn c USING (connection_id)""")
         lost = named("packet_lost")
         if lost:
             self._exec(f"""INSERT INTO lost_packets
@@ -421,7 +475,7 @@ class Normalizer:
     def _odcid(self, parameters: list[str], started: list[str]) -> None:
         """The first ODCID candidate in file order: a server's original_destination_connection_id,
         connection_started's destination CID, or the DCID of the client's first Initial."""
-        candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM slice_packets "
+        candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM slice_datagrams "
                       "WHERE sender = 'client' AND packet_type = 'initial'"]
         if parameters:
             candidates.append(f"""SELECT connection_id, event_index,
@@ -457,8 +511,15 @@ class Normalizer:
                 con.execute(f"""UPDATE {table} SET time_ms = time_ms + (c.base_ms - c.first_ms)
                     FROM conn c WHERE {table}.connection_id = c.connection_id AND c.first_ms < c.base_ms""")
 
-        con.execute("""INSERT INTO transport_parameters
-            SELECT tp.connection_id, owner, any_value(endpoint), min(t_ms) - any_value(c.first_ms),
+        con.execute(f"""UPDATE logged_metrics SET latest_rtt_ms = NULL, min_rtt_ms = NULL FROM conn c
+            WHERE logged_metrics.connection_id = c.connection_id AND logged_metrics.event_index < c.first_sent
+              AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
+
+        con.execute(f"""INSERT INTO transport_parameters
+            SELECT tp.connection_id, owner,
+                   CASE WHEN owner = 'local' THEN any_value({_local_side("c.vantage", "c.flow")})
+                        ELSE any_value({_peer_side("c.vantage", "c.flow")}) END,
+                   min(t_ms) - any_value(c.first_ms),
                    arg_max(max_ack_delay, event_index) FILTER (WHERE max_ack_delay IS NOT NULL),
                    arg_max(ack_delay_exponent, event_index) FILTER (WHERE ack_delay_exponent IS NOT NULL),
                    arg_max(min_ack_delay, event_index) FILTER (WHERE min_ack_delay IS NOT NULL),
@@ -489,8 +550,10 @@ class Normalizer:
 
         # The connection row last: its ODCID may come from the events (a client's first Initial is
         # sent to the ODCID; a server logs original_destination_connection_id).
-        con.execute(f"""INSERT INTO connections
-            SELECT c.connection_id, {self.file_id}, c.trace_index, nullif(c.group_key, ''), tr.vantage,
+        con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+                flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
+                events, quirks)
+            SELECT c.connection_id, {self.file_id}, c.trace_index, nullif(c.group_key, ''), c.vantage,
                    tr.flow, tr.implementation, coalesce(tr.odcid, nullif(c.group_key, ''), c.odcid),
                    tr.title, tr.reference_epoch_ms,
                    CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
@@ -504,7 +567,19 @@ class Normalizer:
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
+def _local_side(vantage: str, flow: str) -> str:
+    """The side of the vantage point; a network observer takes the side named by its flow."""
+    return (f"CASE WHEN {vantage} = 'server' OR ({vantage} = 'network' AND {flow} = 'server') "
+            "THEN 'server' ELSE 'client' END")
+
+
+def _peer_side(vantage: str, flow: str) -> str:
+    return f"CASE WHEN ({_local_side(vantage, flow)}) = 'server' THEN 'client' ELSE 'server' END"
+
+
 #: The ack_delay_exponent each endpoint of a connection announced so far (last value wins).
-_TP_EXPONENT = """SELECT connection_id, endpoint,
+_TP_EXPONENT = f"""SELECT tp.connection_id,
+        CASE WHEN owner = 'local' THEN {_local_side("c.vantage", "c.flow")}
+             ELSE {_peer_side("c.vantage", "c.flow")} END AS endpoint,
         arg_max(ack_delay_exponent, event_index) FILTER (WHERE ack_delay_exponent IS NOT NULL) AS ack_delay_exponent
-    FROM tp_ev GROUP BY connection_id, endpoint"""
+    FROM tp_ev tp JOIN conn c USING (connection_id) GROUP BY ALL"""

@@ -2,10 +2,13 @@
 
 Theory of operation: ``schemas/store.sql`` is applied when a store is opened and its version is
 recorded in ``store_meta``.  Each input file is ingested in one transaction — staged by
-``quicack.reader``, normalized by ``quicack.normalize``, recorded in ``files`` with its SHA-256
-and the analysis version — so a file that fails leaves the store exactly as it was.  A file whose
-hash was already ingested by this analysis version is skipped; ``reanalyze`` deletes its rows
-and ingests it again.
+``quicack.reader`` slice by slice and normalized by ``quicack.normalize`` (a capture: by
+``quicack.pcap`` and ``quicack.capture``), classified by ``quicack.analysis``, recorded in
+``files`` with its SHA-256 and the analysis version — so a file that fails leaves the store
+exactly as it was.  A file whose hash was already ingested by this analysis version is skipped;
+``reanalyze`` deletes its rows and ingests it again.  The hash of a large file is computed in a
+thread while the file is read (an unchanged file is noticed, and its work dropped, as soon as
+the hash is known).
 """
 
 from __future__ import annotations
@@ -17,27 +20,47 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
-from . import normalize, reader
+from . import analysis, capture, normalize, pcap, reader
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
+
+if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
+    import polars as pl
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
-                     "dropped_packets", "timers", "other_events")
+                     "dropped_packets", "timers", "other_events", "rtt_samples", "capture_connections")
+#: Tables holding rows per file besides ``files`` (captures).
+FILE_TABLES = ("capture_files", "capture_issues")
+
+
+def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """An additive upgrade: every column the DDL has and the stored table lacks is added (NULL in
+    old rows; ``quicack analyze --reanalyze`` fills them).  New tables come from the DDL itself."""
+    for table, columns in schema_columns().items():
+        have = {name for (name,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
+        if not have:
+            continue  # a new table: created by the DDL
+        for name, definition in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
+
 
 #: Files up to this size are hashed before staging; larger ones while staging, in a thread.
 SYNC_HASH_BYTES = 8 << 20
 
-#: DuckDB settings while a file is ingested: the buffer pool is capped (a slice of
+#: DuckDB settings while a qlog is ingested: the buffer pool is capped (a slice of
 #: reader.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
 #: file early) and the allocator hands freed memory back sooner.
 INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB"}
 
-#: Upgrades from an older schema version to the next one; empty while there is one version.
-MIGRATIONS: dict[int, str] = {}
+#: Upgrades from an older schema version to the next one.
+#: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _add_missing_columns}
 
 
 def schema_sql() -> str:
@@ -50,6 +73,20 @@ def schema_sql() -> str:
 
 def table_names() -> list[str]:
     return re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql())
+
+
+def schema_columns() -> dict[str, list[tuple[str, str]]]:
+    """Table → [(column, type definition)] as the DDL declares them."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", schema_sql(), re.S):
+        columns = []
+        for line in body.splitlines():
+            line = line.split("--", 1)[0].strip().rstrip(",")
+            if line:
+                name, definition = line.split(None, 1)
+                columns.append((name, definition.replace(" PRIMARY KEY", "")))
+        tables[table] = columns
+    return tables
 
 
 class Store:
@@ -104,7 +141,7 @@ class Store:
                 if version not in MIGRATIONS:
                     raise QuicackError(f"store has schema version {version} and no upgrade to "
                                        f"{SCHEMA_VERSION} exists; re-create it", self.path)
-                self.con.execute(MIGRATIONS[version])
+                MIGRATIONS[version](self.con)
                 version += 1
             self.con.execute(schema_sql())
             self.con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
@@ -116,15 +153,18 @@ class Store:
 
     # --- ingest ------------------------------------------------------------------------------
 
-    def ingest(self, path: str | Path, reanalyze: bool = False,
-               progress: Callable[[int], None] | None = None) -> FileResult:
-        """Ingest one qlog file in one transaction.  A refused file is a result, not an exception.
+    def ingest(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
+               quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None) -> FileResult:
+        """Ingest one qlog file or capture in one transaction.  A refused file is a result, not an
+        exception.  Captures are decrypted with ``keylog`` (else a key log beside them) and
+        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say.
 
         ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
         previous call; by the time ingest returns the calls add up to the file size.
         """
         path = Path(path)
         name = str(path)
+        is_capture = pcap.is_capture(path)
         reported = 0
 
         def report(done: int) -> None:
@@ -135,66 +175,76 @@ class Store:
 
         try:
             size = path.stat().st_size
-            # The SHA-256 of a large file is computed in a thread while the file is staged.
-            digest = _Digest(path, background=size > SYNC_HASH_BYTES)
+            digest = _Digest(path, background=not is_capture and size > SYNC_HASH_BYTES)
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         try:
-            if digest.ready() and self._unchanged(digest.value(), reanalyze):
-                return FileResult(name, "unchanged")
-            return self._ingest(path, name, digest, reanalyze, report)
+            unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
+            if unchanged:
+                return unchanged
+            if is_capture:
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+            saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in INGEST_SETTINGS}
+            for k, v in INGEST_SETTINGS.items():
+                self.con.execute(f"SET {k} = '{v}'")
+            try:
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+            finally:
+                for k, v in saved.items():
+                    self.con.execute(f"SET {k} = '{v}'")
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         finally:
             digest.join()
             report(size)
 
-    def _unchanged(self, digest: str, reanalyze: bool) -> bool:
+    def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
+        """The result for a file this analysis version already holds, else None."""
         previous = self._previous(digest)
-        return bool(previous) and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous)
+        if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
+            if not is_capture or self._same_secrets([f for f, _ in previous], path, keylog):
+                return FileResult(str(path), "unchanged", file_id=previous[0][0])
+        return None
 
     def _previous(self, digest: str) -> list[tuple[int, int]]:
         return self.con.execute(
             "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
 
-    def _ingest(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
-        # DuckDB's buffer pool is capped while a file is ingested: what the transaction holds
-        # beyond the cap (rows not yet committed, per-slice scratch tables) goes to disk.
-        saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in INGEST_SETTINGS}
-        for k, v in INGEST_SETTINGS.items():
-            self.con.execute(f"SET {k} = '{v}'")
-        try:
-            return self._transaction(path, name, digest, reanalyze, report)
-        finally:
-            for k, v in saved.items():
-                self.con.execute(f"SET {k} = '{v}'")
-
-    def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report) -> FileResult:
+    def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
+                     quic_ports: tuple[int, ...], is_capture: bool) -> FileResult:
         self.con.execute("BEGIN")
         try:
-            with reader.open_source(path, self.con) as source:
-                file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
-                first_connection = self.con.execute(
-                    "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
-                normalizer = normalize.Normalizer(self.con, source.traces, file_id, first_connection)
-                for part in source.slices():  # bounded slices, in file order
-                    normalizer.add(part.trace_index, reader.stage(self.con, source, part))
-                    report(part.done_bytes)
-                    if digest.ready() and self._unchanged(digest.value(), reanalyze):
-                        self.con.execute("ROLLBACK")
-                        return FileResult(name, "unchanged")
-                if not source.events:
-                    raise QuicackError("qlog stream has a header but no events", name)
-                normalizer.finish()
-            if self._unchanged(digest.value(), reanalyze):
+            file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
+            first_connection = self.con.execute(
+                "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
+            if is_capture:
+                staged = pcap.stage(self.con, path, keylog, quic_ports)
+                capture.normalize(self.con, file_id, first_connection, staged)
+            else:
+                with reader.open_source(path, self.con) as staged:
+                    normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
+                    for part in staged.slices():  # bounded slices, in file order
+                        normalizer.add(part.trace_index, reader.stage(self.con, staged, part))
+                        report(part.done_bytes)
+                        unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
+                                                                       is_capture)
+                        if unchanged:
+                            self.con.execute("ROLLBACK")
+                            return unchanged
+                    if not staged.events:
+                        raise QuicackError("qlog stream has a header but no events", name)
+                    normalizer.finish()
+            analysis.analyze(self.con, first_connection)
+            unchanged = self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
+            if unchanged:
                 self.con.execute("ROLLBACK")
-                return FileResult(name, "unchanged")
+                return unchanged
             for previous_id, _ in self._previous(digest.value()):
                 self._delete_file(previous_id)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                file_id, name, digest.value(), source.size, source.format, source.qlog_version, ANALYSIS_VERSION,
-                datetime.now(timezone.utc).replace(tzinfo=None), source.events, source.warnings])
-            result = self._file_result(file_id, name, source.warnings)
+                file_id, name, digest.value(), path.stat().st_size, staged.format, staged.qlog_version,
+                ANALYSIS_VERSION, datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
+            result = self._file_result(file_id, name, staged.warnings)
             self.con.execute("COMMIT")
             return result
         except QuicackError as e:
@@ -213,7 +263,16 @@ class Store:
         for table in CONNECTION_TABLES:
             self.con.execute(f"DELETE FROM {table} WHERE connection_id IN {ids}", [file_id])
         self.con.execute("DELETE FROM connections WHERE file_id = ?", [file_id])
+        for table in FILE_TABLES:
+            self.con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
         self.con.execute("DELETE FROM files WHERE file_id = ?", [file_id])
+
+    def _same_secrets(self, file_ids: list[int], path: Path, keylog: str | Path | None) -> bool:
+        """Whether a capture was ingested with the key log it would be decrypted with now."""
+        wanted = pcap.secrets_fingerprint(path, Path(keylog) if keylog else None)
+        used = self.con.execute("SELECT keylog_sha256 FROM capture_files WHERE file_id IN "
+                                f"({', '.join('?' * len(file_ids))})", file_ids).fetchall()
+        return bool(used) and all(u == wanted for (u,) in used)
 
     def _file_result(self, file_id: int, name: str, warnings: list[str]) -> FileResult:
         ids = "(SELECT connection_id FROM connections WHERE file_id = $id)"
@@ -225,13 +284,27 @@ class Store:
         skipped = dict(self.con.execute(
             f"SELECT event_name, count(*) FROM other_events WHERE connection_id IN {ids} "
             "GROUP BY event_name ORDER BY 2 DESC, 1", {"id": file_id}).fetchall())
-        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings))
+        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings),
+                          file_id=file_id)
 
     # --- reading -----------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict | list | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame."""
         return self.con.sql(query, params=params).pl()
+
+    def handshakes_by_class(self, file_ids: list[int] | None = None) -> pl.DataFrame:
+        """Connections per handshake class with median gap, first ACK delay and first PTO (ms),
+        for the given files (all files when None)."""
+        where = "true" if file_ids is None else \
+            f"file_id IN ({', '.join(str(int(i)) for i in file_ids) or 'NULL'})"
+        return self.sql(f"""
+            SELECT handshake_class AS class, count(*) AS connections,
+                   median(ack_sh_gap_ms) AS median_gap_ms,
+                   median(first_ack_delay_ms) AS median_first_ack_delay_ms,
+                   median(first_pto_ms) AS median_first_pto_ms
+            FROM connections WHERE {where}
+            GROUP BY ALL ORDER BY connections DESC, class""")
 
     def table(self, name: str) -> pl.DataFrame:
         if name not in table_names():
