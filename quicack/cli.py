@@ -7,14 +7,19 @@ others are still stored), 2 for usage errors (click's convention).
 from __future__ import annotations
 
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeRemainingColumn)
 
-from . import ingest
+from . import campaign, ingest, targets
+from . import probe as probe_mod
+from . import scan as scan_mod
+from . import serve as serve_mod
 from .model import QuicackError, Summary
 from .store import Store
 
@@ -135,6 +140,172 @@ def demo(db):
         click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
                   f"at {row['time_ms']:.3f} ms: {row['frames']}")
     sys.exit(1 if summary.count("refused") else 0)
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+@main.command()
+@click.option("--mode", type=click.Choice(serve_mod.MODES), default="wfc", show_default=True,
+              help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
+                   "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
+                   "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
+@click.option("--cert-delay-ms", type=float, default=0.0, show_default=True,
+              help="Time the ServerHello waits for the certificate (a remote certificate store).")
+@click.option("--extra-delay-ms", type=float, default=0.0, show_default=True,
+              help="Delay added to every datagram the server sends (a longer return path).")
+@click.option("--listen", "listens", multiple=True, metavar="IP[:PORT]",
+              help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
+                   "extra_delay_ms): many listeners with a mix of behaviours.")
+@click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
+def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir):
+    """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
+
+    \b
+    quicack serve --mode iack --cert-delay-ms 20 --listen 127.0.0.2:4433
+    quicack serve --config scanners/demo-servers.toml
+    """
+    import asyncio
+
+    try:
+        specs = serve_mod.load_config(config_path) if config_path else []
+        for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
+            host, port = serve_mod.parse_listen(listen)
+            spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms)
+            serve_mod.check_spec(spec)
+            specs.append(spec)
+    except QuicackError as e:
+        _fail(e)
+
+    def ready(running) -> None:
+        for spec in running.specs:
+            click.echo(f"listening on {spec.describe()}")
+        click.echo("ready", err=True)
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(serve_mod.serve_forever(specs, qlog_dir, ready))
+    except QuicackError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+
+
+# --- scan ------------------------------------------------------------------------------------
+
+def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict,
+                  shard) -> "scan_mod.ScanOptions":
+    """Campaign values (LIST.toml) overridden by options given on the command line."""
+    values = campaign.load(list_path) if list_path.endswith(".toml") else {"list_path": list_path}
+    for name, value in given.items():
+        source = ctx.get_parameter_source(name)
+        if name not in values or source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            values[name] = value
+    values["resolve"] = {**values.get("resolve", {}), **resolve}
+    if shard is not None:
+        values["shard"] = shard
+    return scan_mod.ScanOptions(**values)
+
+
+@main.command()
+@click.argument("list_path", metavar="LIST", type=click.Path())
+@DB_OPTION
+@click.option("--run", help="Run name (default: the list file's name). Re-running a run resumes it.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for qlog files, the key log (and pcap); default DB-scans/RUN next to the store.")
+@click.option("--repetitions", "-n", type=click.IntRange(1, 255), default=3, show_default=True,
+              help="Probes per target.")
+@click.option("--spacing-s", type=float, default=1.0, show_default=True,
+              help="Time between the starts of a target's probes.")
+@click.option("--schedule", type=click.Choice(["spaced", "cold-warm"]), default="spaced",
+              show_default=True, help="cold-warm: a first probe after the address was idle "
+              "--cold-idle-s, then the others right after one another.")
+@click.option("--cold-idle-s", type=float, default=30.0, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(1), default=100, show_default=True,
+              help="Probes in flight at most.")
+@click.option("--rate", type=float, default=100.0, show_default=True,
+              help="Probes started per second at most (token bucket); 0 for no limit.")
+@click.option("--per-address", type=click.IntRange(1), default=4, show_default=True,
+              help="Probes in flight to one address at most (names often share a CDN address).")
+@click.option("--timeout-first-s", "first_response_timeout_s", type=float, default=3.0,
+              show_default=True, help="Wait for the server's first packet.")
+@click.option("--timeout-handshake-s", "handshake_timeout_s", type=float, default=5.0,
+              show_default=True, help="Then wait for the handshake to complete.")
+@click.option("--timeout-response-s", "response_timeout_s", type=float, default=5.0,
+              show_default=True, help="Then wait for the HTTP/3 response.")
+@click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET.")
+@click.option("--user-agent", default=probe_mod.USER_AGENT, show_default=True)
+@click.option("--split-clienthello", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Spread the ClientHello over N Initial packets (a TLS padding extension).")
+@click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
+              help="Address of a name (repeatable); wins over --hosts and the resolver.")
+@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),
+              help="Hosts file (ADDRESS NAME… per line; port 443).")
+@click.option("--family", type=click.Choice(["any", "4", "6"]), default="any", show_default=True,
+              help="Address family for names the system resolver resolves.")
+@click.option("--exclude", "exclude_file", type=click.Path(dir_okay=False),
+              help="Addresses, prefixes and names (*.suffix) never to probe, one a line.")
+@click.option("--allow-private", is_flag=True,
+              help="Probe private, loopback and reserved addresses (refused otherwise).")
+@click.option("--shard", "shard_value", metavar="K/N",
+              help="Probe only the K-th of N parts of the list (merge the stores with quicack merge).")
+@click.option("--workers", "-w", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Probing processes (one more process writes the store).")
+@click.option("--pcap", type=click.Path(dir_okay=False),
+              help="Capture the scan's UDP traffic with dumpcap into this pcapng file.")
+@click.option("--pcap-interface", help="Interface to capture on (default: lo for loopback targets, else any).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
+def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
+    """Probe every target of LIST over QUIC v1 + HTTP/3 and store each probe.
+
+    LIST is a Tranco list (rank,domain CSV, also zipped), a plain list (one name a line) or a
+    campaign file (scanners/*.toml).  Each probe keeps its qlog (OUT/qlog/) and TLS secrets
+    (OUT/sslkeylog.txt); the probes are ingested before the scan ends, so probes.connection_id
+    joins connections.  Re-running the same command resumes the run.  Ctrl-C stops cleanly
+    (probes in flight finish); a second Ctrl-C stops at once.
+    """
+    try:
+        opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
+                             scan_mod.parse_shard(shard_value))
+    except QuicackError as e:
+        _fail(e)
+    show = not quiet and err.is_terminal
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=err,
+                  disable=not show, transient=True) as bar:
+        task = bar.add_task("probing", total=None, rate="")
+        started = {}
+
+        def on_start(info: dict) -> None:
+            started.update(info, t=time.monotonic())
+            bar.update(task, total=info["total"], completed=info["stored"])
+            verb = "resuming" if info["resumed"] else "starting"
+            click.echo(f"{verb} run {info['run']!r}: {info['stored']} of {info['total']} probes "
+                       f"stored; files in {info['out_dir']}", err=True)
+
+        def on_progress(p) -> None:
+            elapsed = max(1e-6, time.monotonic() - started.get("t", time.monotonic()))
+            label = "stopping (Ctrl-C again: now)" if p.stopping else "probing"
+            bar.update(task, completed=p.done, description=label,
+                       rate=f"{p.probed / elapsed:.0f} probes/s, {p.ingested} stored")
+
+        try:
+            summary = scan_mod.scan(opts, on_progress=on_progress, on_start=on_start)
+        except QuicackError as e:
+            _fail(e)
+    click.echo(f"run {summary.run!r} (id {summary.run_id}): {summary.probes} probes in {opts.db}; "
+               f"qlog and keys in {summary.out_dir}")
+    click.echo("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))
+    if summary.pcap:
+        click.echo(f"capture: {summary.pcap}")
+    for failure in summary.ingest_failures:
+        click.echo(f"error: {failure}", err=True)
+    if summary.interrupted:
+        click.echo("interrupted: re-run the same command to resume", err=True)
+        sys.exit(130)
+    sys.exit(1 if summary.ingest_failures else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

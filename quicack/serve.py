@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import ipaddress
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -63,6 +62,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from . import targets
 from .model import QuicackError
 
 #: ACK behaviours a listener can have (see the module docstring).
@@ -90,21 +90,7 @@ class ListenerSpec:
 
 def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
     """``HOST[:PORT]`` or ``[V6]:PORT`` → (host, port)."""
-    host, port = value, default_port
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        if rest.startswith(":"):
-            port = rest[1:]
-    elif value.count(":") == 1:
-        host, port = value.split(":")
-    try:
-        ipaddress.ip_address(host)
-        port = int(port)
-        if not 0 <= port < 65536:
-            raise ValueError
-    except ValueError:
-        raise QuicackError(f"not an address: {value!r} (expected IP[:PORT])") from None
-    return host, port
+    return targets.parse_address(value, default_port)
 
 
 def load_config(path: str | Path) -> list[ListenerSpec]:

@@ -19,15 +19,18 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import normalize, reader
+from . import normalize, reader, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
                      "dropped_packets", "timers", "other_events")
 
-#: Upgrades from an older schema version to the next one; empty while there is one version.
-MIGRATIONS: dict[int, str] = {}
+#: Upgrades from an older schema version to the next one.  New tables need no statement here:
+#: ``store.sql`` (``CREATE TABLE IF NOT EXISTS``) runs after the migrations.
+MIGRATIONS: dict[int, str] = {
+    1: "SELECT 'version 2 adds the tables runs and probes'",
+}
 
 
 def schema_sql() -> str:
@@ -131,6 +134,7 @@ class Store:
             first_connection = self.con.execute(
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             normalize.normalize(self.con, file_id, first_connection)
+            scanstore.link_probes(self.con, file_id, digest)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 file_id, name, digest, size, staged.format, staged.qlog_version, ANALYSIS_VERSION,
                 datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
