@@ -90,6 +90,7 @@ class ProbeResult:
     error_code: int | None = None
     error_frame_type: int | None = None
     error_reason: str | None = None
+    #: wall-clock time the first Initial was sent; the *_ms timings below count from it
     started_epoch_ms: float = 0.0
     first_datagram_ms: float | None = None
     first_ack_ms: float | None = None
@@ -321,6 +322,11 @@ class Probe:
         quic = self.quic
         for data, _addr in quic.datagrams_to_send(now=self.loop.time()):
             try:
+                if not self.result.datagrams_sent:
+                    # probe times count from the moment the first Initial leaves, not from
+                    # before the ClientHello was built
+                    self.t0 = self.loop.time()
+                    self.result.started_epoch_ms = time.time() * 1000.0
                 self.sock.send(data)
                 self.result.datagrams_sent += 1
             except BlockingIOError:

@@ -356,9 +356,31 @@ def _configuration(spec: ListenerSpec, cert, key, qlog_dir: Path | None) -> Quic
     return config
 
 
+def warm_up(cert, key) -> None:
+    """One handshake in memory before the first client comes: the first connection of a process
+    pays for lazy set-up (OpenSSL algorithm look-ups, first signature, imports) — more than a
+    millisecond here — and would otherwise delay the first instant ACK by that much."""
+    import ssl
+
+    client = QuicConnection(configuration=QuicConfiguration(
+        is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE))
+    client.connect(("127.0.0.1", 1), now=0.0)
+    server = ServerConnection(spec=ListenerSpec("127.0.0.1", 1, "iack"), configuration=QuicConfiguration(
+        is_client=False, alpn_protocols=H3_ALPN, certificate=cert, private_key=key),
+        original_destination_connection_id=client.original_destination_connection_id)
+    for now in (0.0, 0.001, 0.002, 0.003):
+        for data, _ in client.datagrams_to_send(now):
+            server.receive_datagram(data, ("127.0.0.1", 2), now)
+        if server.release_due(now):
+            server.release(now)
+        for data, _ in server.datagrams_to_send(now):
+            client.receive_datagram(data, ("127.0.0.1", 1), now)
+
+
 async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = None) -> Running:
     """Bind every listener on the running loop; raise QuicackError naming one that cannot bind."""
     cert, key = self_signed()
+    warm_up(cert, key)
     qlog_path = Path(qlog_dir) if qlog_dir else None
     if qlog_path:
         qlog_path.mkdir(parents=True, exist_ok=True)
