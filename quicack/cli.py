@@ -17,6 +17,7 @@ from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progre
                            TimeRemainingColumn)
 
 from . import campaign, ingest, targets
+from . import merge as merge_mod
 from . import probe as probe_mod
 from . import scan as scan_mod
 from . import serve as serve_mod
@@ -306,6 +307,22 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
         click.echo("interrupted: re-run the same command to resume", err=True)
         sys.exit(130)
     sys.exit(1 if summary.ingest_failures else 0)
+
+
+@main.command()
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def merge(target, sources):
+    """Append the stores SOURCES (e.g. the shards of a scan) to TARGET (created if missing).
+
+    Keys are renumbered so every join keeps working; a run (name, shard) is merged only once.
+    """
+    try:
+        added = merge_mod.merge(target, list(sources))
+    except QuicackError as e:
+        _fail(e)
+    click.echo(f"merged {len(sources)} stores into {target}: {added.get('probes', 0)} probes, "
+               f"{added.get('connections', 0)} connections, {added.get('files', 0)} files")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -351,7 +351,8 @@ class WorkerPool:
         self.deliver = deliver
         self.conns = []
         self.processes = []
-        self.inflight = [0] * count
+        self.load = [0] * count  # probes in flight per worker
+        self.addresses: dict[str, list] = {}  # address → [worker, probes in flight]
         self.finished = asyncio.get_running_loop().create_future()
         self.open = count
         for worker in range(count):
@@ -372,6 +373,7 @@ class WorkerPool:
                 if kind == "finished":
                     self._closed(worker)
                     return
+                self.completed(row)
                 self.deliver(row, trace_json, keylog)
         except (EOFError, OSError):
             self._closed(worker)
@@ -384,11 +386,24 @@ class WorkerPool:
         if self.open == 0 and not self.finished.done():
             self.finished.set_result(None)
 
-    def worker_for(self, address: str) -> int:
-        return int.from_bytes(hashlib.blake2b(address.encode(), digest_size=4).digest(), "big") % len(self.conns)
-
     def submit(self, job: Job) -> None:
-        self.conns[self.worker_for(job.address)].send(job)
+        """An address stays with one worker while it has probes in flight (so the per-address
+        limit holds); a new address goes to the least loaded worker."""
+        entry = self.addresses.get(job.address)
+        if entry is None:
+            worker = min(range(len(self.conns)), key=self.load.__getitem__)
+            entry = self.addresses[job.address] = [worker, 0]
+        entry[1] += len(job.repetitions)
+        self.load[entry[0]] += len(job.repetitions)
+        self.conns[entry[0]].send(job)
+
+    def completed(self, row: dict) -> None:
+        entry = self.addresses.get(row["address"])
+        if entry is not None:
+            entry[1] -= 1
+            self.load[entry[0]] -= 1
+            if entry[1] <= 0:
+                del self.addresses[row["address"]]
 
     def stop(self) -> None:
         for conn in self.conns:
