@@ -108,6 +108,9 @@ class Progress:
     ingested: int = 0
     outcomes: dict = field(default_factory=dict)
     stopping: bool = False
+    #: CPU seconds the writer thread spent on files, rows and ingest (the rest is probing)
+    writer_cpu_s: float = 0.0
+    failures: list = field(default_factory=list)
 
 
 @dataclass
@@ -306,7 +309,11 @@ def worker_main(conn, opts: ScanOptions, run_tag: int, worker: int, share: int) 
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     quiet_aioquic()
-    asyncio.run(_worker_loop(conn, opts, run_tag, worker, share))
+    with probe.tuned_gc():
+        asyncio.run(_worker_loop(conn, opts, run_tag, worker, share))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown (and native extensions' leak reports)
 
 
 async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share: int) -> None:
@@ -341,6 +348,7 @@ async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share
     await closed
     await executor.drain()
     conn.send(("finished", worker, None, None))
+    conn.close()
 
 
 class WorkerPool:
@@ -354,6 +362,7 @@ class WorkerPool:
         self.load = [0] * count  # probes in flight per worker
         self.addresses: dict[str, list] = {}  # address → [worker, probes in flight]
         self.finished = asyncio.get_running_loop().create_future()
+        self.failure: QuicackError | None = None
         self.open = count
         for worker in range(count):
             parent, child = ctx.Pipe()
@@ -371,18 +380,25 @@ class WorkerPool:
             while conn.poll():
                 kind, row, trace_json, keylog = conn.recv()
                 if kind == "finished":
-                    self._closed(worker)
+                    self._closed(worker, finished=True)
                     return
                 self.completed(row)
                 self.deliver(row, trace_json, keylog)
         except (EOFError, OSError):
             self._closed(worker)
 
-    def _closed(self, worker: int) -> None:
+    def _closed(self, worker: int, finished: bool = False) -> None:
         loop = asyncio.get_running_loop()
         with contextlib.suppress(Exception):
             loop.remove_reader(self.conns[worker].fileno())
         self.open -= 1
+        if not finished and self.failure is None:
+            process = self.processes[worker]
+            process.join(timeout=1)
+            self.failure = QuicackError(f"scan worker {worker} died (exit code {process.exitcode}); "
+                                        "re-run the same command to resume")
+            if not self.finished.done():
+                self.finished.set_exception(self.failure)
         if self.open == 0 and not self.finished.done():
             self.finished.set_result(None)
 
@@ -440,6 +456,7 @@ class Writer(threading.Thread):
         self.backlog = 0  # probes received but not yet written
         self.failures: list[str] = []
         self.error: BaseException | None = None
+        self.cpu_s = 0.0  # CPU time this thread spent writing and ingesting
         self.keylog_path = out_dir / "sslkeylog.txt"
         (out_dir / "qlog").mkdir(parents=True, exist_ok=True)
 
@@ -479,6 +496,14 @@ class Writer(threading.Thread):
     def flush(self, batch: list) -> None:
         if not batch:
             return
+        started = time.thread_time()
+        try:
+            self._flush(batch)
+        finally:
+            self.cpu_s += time.thread_time() - started
+            self.progress.writer_cpu_s = self.cpu_s
+
+    def _flush(self, batch: list) -> None:
         con = self.store.con
         traced = [(row, trace) for row, trace, _ in batch if trace is not None]
         qlog_path = None
@@ -561,8 +586,8 @@ def default_out_dir(db: str, run: str, shard: str) -> Path:
 
 
 async def _dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
-                    write_refused: Callable, progress: Progress, writer: Writer,
-                    inflight: Callable[[], int], window: int, stop: asyncio.Event) -> None:
+                    write_refused: Callable, writer: Writer, inflight: Callable[[], int],
+                    window: int, stop: asyncio.Event, check: Callable[[], None]) -> None:
     policy = targets.Policy(targets.Exclusions.read(opts.exclude_file) if opts.exclude_file
                             else targets.Exclusions(), opts.allow_private)
     resolver = Resolver(opts)
@@ -601,6 +626,7 @@ async def _dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable
         while (inflight() + len(resolving) >= window or writer.backlog > 4 * opts.batch_size
                + window) and not stop.is_set():
             await asyncio.sleep(0.01)
+            check()
         if stop.is_set():
             break
         task = asyncio.get_running_loop().create_task(prepare(target, pending))
@@ -671,6 +697,8 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
         submit_job = executor.submit
 
     def submit(job: Job) -> None:
+        if pool is not None and pool.failure is not None:
+            raise pool.failure
         open_jobs[job.target_index] = len(job.repetitions)
         submit_job(job)
 
@@ -678,8 +706,14 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
         loop.add_signal_handler(signal.SIGINT, on_signal)
         loop.add_signal_handler(signal.SIGTERM, on_signal)
     try:
-        await _dispatch(opts, run_id, reader_con, submit, write_refused, progress, writer,
-                        lambda: len(open_jobs), window, stop)
+        def check() -> None:
+            if pool is not None and pool.failure is not None:
+                raise pool.failure
+            if writer.error is not None:
+                raise QuicackError(f"writing the store failed: {writer.error}")
+
+        await _dispatch(opts, run_id, reader_con, submit, write_refused, writer,
+                        lambda: len(open_jobs), window, stop, check)
         if pool is not None:
             await pool.drain()
         else:
@@ -740,8 +774,9 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
                 targets.is_special(a) for a, _ in opts.resolve.values()) else "any")
             cap = capture.start(pcap_path, ports, interface)
         try:
-            interrupted = asyncio.run(_scan(opts, store, run_id, run_tag, out_dir, progress,
-                                            on_progress))
+            with probe.tuned_gc():
+                interrupted = asyncio.run(_scan(opts, store, run_id, run_tag, out_dir, progress,
+                                                on_progress))
         finally:
             if cap is not None:
                 cap.stop()
