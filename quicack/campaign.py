@@ -22,6 +22,16 @@ TIMEOUT_KEYS = {"first_response_s": "first_response_timeout_s", "handshake_s": "
                 "response_s": "response_timeout_s"}
 
 
+def scanners_dir() -> Path:
+    """The reviewed campaign files: shipped inside the package (wheel) or ``scanners/``."""
+    from importlib import resources
+
+    packaged = resources.files("quicack").joinpath("scanners")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "scanners"
+
+
 def load(path: str | Path) -> dict:
     """The campaign as ``ScanOptions`` keyword arguments (``list`` becomes ``list_path``)."""
     from .scan import ScanOptions

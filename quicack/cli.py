@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeRemainingColumn)
 
-from . import campaign, ingest, targets
+from . import campaign, firstflight, ingest, targets
 from . import merge as merge_mod
 from . import probe as probe_mod
 from . import scan as scan_mod
@@ -118,9 +118,13 @@ def export(db, directory):
 
 @main.command()
 @DB_OPTION
-def demo(db):
-    """Analyze the traces shipped with quicack (an aioquic client and server qlog of one
-    handshake) and print the summary and the server's first Initial packet."""
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def demo(db, quiet):
+    """The whole path on loopback, offline: analyze the traces shipped with quicack (an aioquic
+    client and server qlog of one handshake), start ten local servers with different ACK
+    behaviours (scanners/demo-servers.toml), scan the demo list against them
+    (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
+    looked like."""
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -134,13 +138,44 @@ def demo(db):
                    string_agg(f.frame_type, '+' ORDER BY f.position) AS frames
             FROM packets p JOIN connections c USING (connection_id)
             JOIN frames f USING (connection_id, event_index)
-            WHERE p.sender = 'server' AND p.packet_type = 'initial'
+            WHERE p.sender = 'server' AND p.packet_type = 'initial' AND c.file_id IN
+                  (SELECT file_id FROM files WHERE path LIKE '%client.qlog' OR path LIKE '%server.qlog')
             GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4""")
     click.echo("server Initial packets as each side logged them:")
     for row in first.iter_rows(named=True):
         click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
                   f"at {row['time_ms']:.3f} ms: {row['frames']}")
-    sys.exit(1 if summary.count("refused") else 0)
+
+    scanners = campaign.scanners_dir()
+    config = scanners / "demo-servers.toml"
+    try:
+        specs = {f"{s.host}:{s.port}": s for s in serve_mod.load_config(config)}
+        opts = scan_mod.ScanOptions(**{**campaign.load(scanners / "demo.toml"), "db": db})
+        click.echo(f"\nstarting {len(specs)} local servers ({config.name}) and scanning "
+                   f"{opts.list_path.rsplit('/', 1)[-1]} ({opts.repetitions} probes a name)")
+        with serve_mod.Child(config):
+            result = scan_mod.scan(opts)
+    except QuicackError as e:
+        _fail(e)
+    resumed = " (already in the store: resumed)" if result.resumed else ""
+    click.echo(f"run {result.run!r}{resumed}: {result.probes} probes; outcomes: "
+               + ", ".join(f"{k} {v}" for k, v in result.outcomes.items()))
+    with Store(db, read_only=True) as store:
+        servers = firstflight.per_server(store.con, result.run_id)
+    click.echo("first server Initial as the scanner received it, per server (medians):")
+    click.echo(f"  {'server':<18} {'behaviour':<44} {'probes':>6}  {'first Initial':<14} "
+               f"{'ACK→SH gap':>10}  {'first ACK':>9}")
+    for row in servers:
+        spec = specs.get(row["server"])
+        what = (f"{spec.mode}, cert delay {spec.cert_delay_ms:g} ms, extra delay "
+                f"{spec.extra_delay_ms:g} ms") if spec else "?"
+        gap = "" if row["gap_ms"] is None else f"{row['gap_ms']:.1f} ms"
+        ack = "" if row["first_ack_ms"] is None else f"{row['first_ack_ms']:.1f} ms"
+        click.echo(f"  {row['server']:<18} {what:<44} {row['probes']:>6}  "
+                   f"{row['first_frames']:<14} {gap:>10}  {ack:>9}")
+    click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
+               f"qlog and TLS keys: {result.out_dir}")
+    sys.exit(1 if summary.count("refused") or result.ingest_failures else 0)
 
 
 # --- serve -----------------------------------------------------------------------------------
