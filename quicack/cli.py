@@ -331,6 +331,9 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
             summary = scan_mod.scan(opts, on_progress=on_progress, on_start=on_start)
         except QuicackError as e:
             _fail(e)
+        except KeyboardInterrupt:  # before probing started or after a second Ctrl-C
+            click.echo("interrupted: re-run the same command to resume", err=True)
+            sys.exit(130)
     click.echo(f"run {summary.run!r} (id {summary.run_id}): {summary.probes} probes in {opts.db}; "
                f"qlog and keys in {summary.out_dir}")
     click.echo("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))

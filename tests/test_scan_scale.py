@@ -75,6 +75,28 @@ def test_kill_9_then_rerun_leaves_exactly_one_row_per_target_and_repetition(tmp_
     assert rows(db, "SELECT cardinality(resumed_at), finished_at IS NOT NULL FROM runs") == [(1, True)]
 
 
+def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, servers):
+    listing, resolve = write_list(tmp_path, servers, 30)
+    db = tmp_path / "i.duckdb"
+    command = quicack("scan", str(listing), "--db", str(db), "-n", "1", "--rate", "8",
+                      "--allow-private", "-q", *resolve)
+    process = subprocess.Popen(command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    qlog = tmp_path / "i-scans" / "list" / "qlog"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (qlog.exists() and any(qlog.iterdir())):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted: re-run the same command to resume" in err
+    stopped = rows(db, "SELECT count(*), count(connection_id), max(finished_at IS NULL) FROM runs, probes")
+    assert 0 < stopped[0][0] < 30 and stopped[0][0] == stopped[0][1] and stopped[0][2]
+    again = subprocess.run(command, cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert rows(db, "SELECT count(*), count(DISTINCT target_index), count(connection_id) FROM probes") == [(30, 30, 30)]
+
+
 def test_worker_processes_share_the_scan_and_die_with_their_parent(tmp_path, servers):
     listing, resolve = write_list(tmp_path, servers, 12)
     db = tmp_path / "w.duckdb"
