@@ -110,6 +110,9 @@ class Progress:
     stopping: bool = False
     #: CPU seconds the writer thread spent on files, rows and ingest (the rest is probing)
     writer_cpu_s: float = 0.0
+    #: with worker processes: CPU seconds they spent probing, and starting up
+    worker_cpu_s: float = 0.0
+    worker_startup_cpu_s: float = 0.0
     failures: list = field(default_factory=list)
 
 
@@ -318,6 +321,7 @@ def worker_main(conn, opts: ScanOptions, run_tag: int, worker: int, share: int) 
 
 async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share: int) -> None:
     loop = asyncio.get_running_loop()
+    ready_cpu = time.process_time()  # start-up (interpreter, imports) is not probing
     closed = loop.create_future()
 
     def deliver(row, trace_json, keylog):
@@ -347,7 +351,7 @@ async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share
     loop.add_reader(conn.fileno(), readable)
     await closed
     await executor.drain()
-    conn.send(("finished", worker, None, None))
+    conn.send(("finished", worker, time.process_time() - ready_cpu, ready_cpu))
     conn.close()
 
 
@@ -364,6 +368,8 @@ class WorkerPool:
         self.finished = asyncio.get_running_loop().create_future()
         self.failure: QuicackError | None = None
         self.open = count
+        self.probing_cpu_s = 0.0  # CPU the workers spent probing (their start-up excluded)
+        self.startup_cpu_s = 0.0
         for worker in range(count):
             parent, child = ctx.Pipe()
             process = ctx.Process(target=worker_main, args=(child, opts, run_tag, worker, count),
@@ -380,6 +386,8 @@ class WorkerPool:
             while conn.poll():
                 kind, row, trace_json, keylog = conn.recv()
                 if kind == "finished":
+                    self.probing_cpu_s += trace_json
+                    self.startup_cpu_s += keylog
                     self._closed(worker, finished=True)
                     return
                 self.completed(row)
@@ -716,6 +724,8 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
                         lambda: len(open_jobs), window, stop, check)
         if pool is not None:
             await pool.drain()
+            progress.worker_cpu_s = pool.probing_cpu_s
+            progress.worker_startup_cpu_s = pool.startup_cpu_s
         else:
             await executor.drain()
     except asyncio.CancelledError:
