@@ -36,7 +36,7 @@ def run_scan(tmp_path, servers, names, **options):
     listing = tmp_path / "list.txt"
     listing.write_text("".join(n + "\n" for n in names))
     opts = scan.ScanOptions(str(listing), db=str(tmp_path / "s.duckdb"), resolve=resolve(servers),
-                            allow_private=True, spacing_s=0.05, **options)
+                            allow_private=True, **{"spacing_s": 0.05, **options})
     return scan.scan(opts), duckdb.connect(opts.db, read_only=True)
 
 
@@ -149,3 +149,26 @@ def test_a_campaign_file_sets_the_options(tmp_path, servers):
     con = duckdb.connect(str(db), read_only=True)
     args = con.execute("SELECT arguments->>'handshake_timeout_s', repetitions FROM runs").fetchall()
     assert args == [("2.0", 1)]
+
+
+def test_a_split_clienthello_is_acked_in_part_by_aioquic(tmp_path, servers):
+    # --split-clienthello 2: a TLS padding extension spreads the ClientHello over two Initial
+    # packets; aioquic (the wfc listener) ACKs the first part at once, before its ServerHello
+    summary, con = run_scan(tmp_path, servers, ["wfc.test"], repetitions=1, split_clienthello=2)
+    assert summary.outcomes == {"ok": 1}
+    ((size, packets, split),) = con.execute(
+        "SELECT clienthello_bytes, clienthello_packets, split_clienthello FROM probes").fetchall()
+    assert packets == 2 and split == 2 and 1150 < size <= 2 * 1200
+    flight = first_server_initials(con)[("wfc.test", 0)]
+    assert flight[0][1] == "ack" and any("crypto" in f for _, f in flight[1:])
+
+
+def test_cold_then_warm_schedule(tmp_path, servers):
+    summary, con = run_scan(tmp_path, servers, ["iack20.test"], repetitions=3, schedule="cold-warm",
+                            spacing_s=5.0)
+    rows = con.execute("SELECT repetition, schedule, started_epoch_ms, duration_ms FROM probes "
+                       "ORDER BY repetition").fetchall()
+    assert [r[1] for r in rows] == ["cold", "warm", "warm"]
+    # warm probes follow the previous one at once (the 5 s spacing does not apply)
+    for before, after in zip(rows, rows[1:]):
+        assert after[2] - (before[2] + before[3]) < 1000.0
