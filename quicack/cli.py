@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import sys
 import time
+import webbrowser
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
 import click
+import orjson
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeRemainingColumn)
 
-from . import campaign, firstflight, ingest, targets
+from . import campaign, firstflight, ingest, qlogwriter, targets
 from . import merge as merge_mod
 from . import probe as probe_mod
+from . import report as report_module
 from . import scan as scan_mod
 from . import serve as serve_mod
 from .model import QuicackError, Summary
@@ -42,6 +46,7 @@ def main() -> None:
     """quicack: measure how QUIC endpoints acknowledge packets.
 
     Ingest qlog traces into a DuckDB store (analyze), export it (export), or run the demo.
+    Real third-party QUIC servers for local tests: peers.
     """
 
 
@@ -76,6 +81,21 @@ def _print_summary(summary: Summary, db: str) -> None:
         click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
     if refused:
         click.echo(f"failures: {refused}")
+    if summary.file_ids:
+        with Store(db, read_only=True) as store:
+            by_class = store.handshakes_by_class(summary.file_ids)
+        _print_table("handshakes by class:", by_class)
+
+
+def _print_table(title: str, frame) -> None:
+    """A plain, aligned text table (numbers with 3 decimals, NULL as '-')."""
+    click.echo(title)
+    cells = [list(frame.columns)]
+    for row in frame.iter_rows():
+        cells.append(["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for r in cells:
+        click.echo("  " + "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
 
 
 @main.command()
@@ -100,20 +120,67 @@ def analyze(paths, db, reanalyze, quiet):
     sys.exit(1 if summary.count("refused") else 0)
 
 
+#: Exporting every connection as qlog without naming them is allowed up to this many.
+QLOG_EXPORT_ALL_LIMIT = 50
+
+
 @main.command()
 @DB_OPTION
-@click.option("--parquet", "directory", required=True, type=click.Path(file_okay=False),
+@click.option("--parquet", "directory", type=click.Path(file_okay=False),
               help="Folder to write one <table>.parquet per table into.")
-def export(db, directory):
-    """Write every table of the store as Parquet."""
+@click.option("--qlog", "qlog_path", type=click.Path(dir_okay=False),
+              help="Write connections as one qlog 0.3 JSON file (one trace each) that qvis loads.")
+@click.option("--connection", "connections", type=int, multiple=True,
+              help="connection_id to export with --qlog (repeatable; default: all, if at most "
+                   f"{QLOG_EXPORT_ALL_LIMIT}).")
+def export(db, directory, qlog_path, connections):
+    """Write the store's tables as Parquet (--parquet) or connections as qlog (--qlog)."""
+    if not directory and not qlog_path:
+        raise click.UsageError("give --parquet DIR and/or --qlog FILE")
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     try:
         with Store(db, read_only=True) as store:
-            written = store.export_parquet(directory)
+            if directory:
+                written = store.export_parquet(directory)
+                click.echo(f"wrote {len(written)} tables to {directory}")
+            if qlog_path:
+                ids = list(connections) or store.sql("SELECT connection_id FROM connections ORDER BY 1")[
+                    "connection_id"].to_list()
+                if not connections and len(ids) > QLOG_EXPORT_ALL_LIMIT:
+                    raise QuicackError(f"store holds {len(ids)} connections; choose some with --connection", db)
+                document = qlogwriter.qlog_document(store, ids)
+                Path(qlog_path).write_bytes(orjson.dumps(document))
+                click.echo(f"wrote {len(ids)} connection{'s' if len(ids) != 1 else ''} as qlog {qlogwriter.QLOG_VERSION} "
+                           f"to {qlog_path}")
     except QuicackError as e:
         _fail(e)
-    click.echo(f"wrote {len(written)} tables to {directory}")
+
+
+@main.command()
+@DB_OPTION
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write  [default: reports/<store name>.html]")
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
+@click.option("--max-connections", default=report_module.DEFAULT_MAX_CONNECTIONS, show_default=True,
+              help="Connections that get a section of their own.")
+def report(db, out, open_browser, max_connections):
+    """Write a self-contained HTML report of the store (plotly, works offline): handshake classes,
+    gaps, first ACK delays and PTOs, ACK policy of transfers, per-connection sequence diagrams and
+    RTT/PTO replay next to the logged values."""
+    if not Path(db).exists():
+        _fail(QuicackError("no such store", db))
+    out = out or str(Path("reports") / (Path(db).stem + ".html"))
+    try:
+        with Store(db, read_only=True) as store:
+            written = report_module.write_report(store, out, now=datetime.now().astimezone(),
+                                                 max_connections=max_connections)
+    except QuicackError as e:
+        _fail(e)
+    size = Path(out).stat().st_size
+    click.echo(f"report: {out} ({size / 1e6:.1f} MB, {written.figures} plots, {written.connections} connections)")
+    if open_browser:
+        webbrowser.open(Path(out).resolve().as_uri())
 
 
 @main.command()
@@ -361,6 +428,80 @@ def merge(target, sources):
         _fail(e)
     click.echo(f"merged {len(sources)} stores into {target}: {added.get('probes', 0)} probes, "
                f"{added.get('connections', 0)} connections, {added.get('files', 0)} files")
+
+
+@main.group()
+def peers():
+    """Real third-party QUIC servers as local test peers (Caddy, ngtcp2, quic-go, quinn).
+
+    Debian packages are installed with apt-get (root); the quic-go and quinn servers are built
+    from tests/peers/ with go/cargo into ~/.cache/quicack/peers (or $QUICACK_PEERS_CACHE), keyed
+    by a hash of their sources and toolchain, so later builds are instant.
+    """
+
+
+def _peer_names(names) -> list[str]:
+    from . import peers as peer_mod
+    try:
+        return [peer_mod.peer(n).name for n in names] or list(peer_mod.PEERS)
+    except QuicackError as e:
+        _fail(e)
+
+
+@peers.command("list")
+def peers_list():
+    """Each peer: its QUIC stack, how it is obtained, its qlog, how GSO is turned off, its state."""
+    from . import peers as peer_mod
+    for p in peer_mod.PEERS.values():
+        click.echo(f"{p.name}: {p.stack}")
+        click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.apt_packages else
+                                                f" (tests/peers/{p.source})"))
+        click.echo(f"  qlog:     {p.qlog or 'none'}")
+        click.echo(f"  GSO off:  {p.gso_off}")
+        click.echo(f"  state:    {peer_mod.status(p.name)}")
+
+
+@peers.command("build")
+@click.argument("names", nargs=-1)
+def peers_build(names):
+    """Install or build peers NAMES (default: all) and print what each took."""
+    from . import peers as peer_mod
+    for name in _peer_names(names):
+        try:
+            done = peer_mod.prepare(name, progress=lambda m: err.print(f"  {m}"))
+        except QuicackError as e:
+            _fail(e)
+        click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
+
+
+@peers.command("run")
+@click.argument("name")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")
+@click.option("--port", type=int, default=None, help="UDP port (default: a free one).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Folder for certificate, served files, qlog and log (default: a new temp folder).")
+def peers_run(name, host, port, workdir):
+    """Start peer NAME on loopback and keep it running until Ctrl-C."""
+    import time
+
+    from . import peers as peer_mod
+    name = _peer_names([name])[0]
+    try:
+        with peer_mod.start(name, workdir, host=host, port=port,
+                            progress=lambda m: err.print(f"  {m}")) as run:
+            click.echo(f"{name} serving HTTP/3 on {run.url} (SNI {run.server_name}, "
+                       f"self-signed {run.cert})")
+            click.echo(f"  qlog: {run.qlog_dir or 'none (this peer writes none)'}")
+            click.echo(f"  log:  {run.log}")
+            try:
+                while run.process.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+    except QuicackError as e:
+        _fail(e)
+    if run.process.returncode not in (0, None, -2, -15):
+        _fail(QuicackError(f"{name} exited with status {run.process.returncode}", str(run.log)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,10 +13,10 @@ from enum import StrEnum
 
 #: Bumped whenever the mapping from input to rows changes; a store re-ingests a file only when
 #: asked (``--reanalyze``) or when the file was ingested by another analysis version.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 
-#: Version of ``schemas/store.sql``; recorded in ``store_meta``.  2 added ``runs`` and ``probes``.
-SCHEMA_VERSION = 2
+#: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
+SCHEMA_VERSION = 3
 
 
 class QuicackError(Exception):
@@ -75,6 +75,14 @@ class TraceInfo:
     #: network traces that log every packet alike (pcap2qlog 0.1: all PACKET_RX): tell the
     #: sender by connection IDs instead of by event name
     sender_from_cids: bool = False
+    #: the header names no vantage (quinn writes type "unknown"): take it from the connection's
+    #: first packet event if that is an Initial (sent → client, received → server)
+    vantage_from_first_packet: bool = False
+    #: a datagrams_received event precedes the packets of each received datagram (aioquic):
+    #: packets received after one such event share a datagram
+    rx_datagram_events_first: bool = False
+    #: latest_rtt 0 in metrics_updated without a min_rtt means "no RTT sample yet" (ngtcp2)
+    latest_rtt_zero_is_unset: bool = False
     quirks: tuple[str, ...] = ()
 
 
@@ -88,6 +96,8 @@ class FileResult:
     skipped_events: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the file's row in ``files`` (ingested now or before); None when refused
+    file_id: int | None = None
 
 
 @dataclass
@@ -110,9 +120,48 @@ class Summary:
         return sum(f.events for f in self.files)
 
     @property
+    def file_ids(self) -> list[int]:
+        return [f.file_id for f in self.files if f.file_id is not None]
+
+    @property
     def skipped_events(self) -> dict[str, int]:
         total: dict[str, int] = {}
         for f in self.files:
             for name, n in f.skipped_events.items():
                 total[name] = total.get(name, 0) + n
         return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# --- one connection's packets, as the pure analyses (classify, recovery) see them -------------
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    frame_type: str
+    ack_delay_ms: float | None = None
+    largest_acknowledged: int | None = None
+    #: ACK: inclusive [low, high] ranges
+    acked_ranges: tuple[tuple[int, int], ...] = ()
+    offset_bytes: int | None = None
+    length_bytes: int | None = None
+    stream_id: int | None = None
+    #: CONNECTION_CLOSE: the error code as logged (number or name)
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    event_index: int
+    time_ms: float
+    direction: str  # 'sent' / 'received' from the vantage point
+    sender: str  # 'client' / 'server'
+    packet_type: str
+    packet_number: int | None
+    size_bytes: int | None
+    datagram_id: int
+    frames: tuple[Frame, ...] = ()
+
+    def has(self, frame_type: str) -> bool:
+        return any(f.frame_type == frame_type for f in self.frames)
+
+    def first(self, frame_type: str) -> Frame | None:
+        return next((f for f in self.frames if f.frame_type == frame_type), None)

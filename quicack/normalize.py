@@ -71,11 +71,14 @@ def load_traces(con: duckdb.DuckDBPyConnection, traces: list[TraceInfo]) -> None
         implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
         reference_epoch_ms DOUBLE, time_scale_ms DOUBLE, ack_delay_encoding VARCHAR,
         metric_scale_ms DOUBLE, missing_ack_delay_is_zero BOOLEAN, sender_from_cids BOOLEAN,
-        quirks VARCHAR[])""")
-    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        quirks VARCHAR[], vantage_from_first_packet BOOLEAN, rx_datagram_events_first BOOLEAN,
+        latest_rtt_zero_is_unset BOOLEAN)""")
+    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
         (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
          t.reference_epoch_ms, t.time_scale_ms, t.ack_delay_encoding.value, t.metric_scale_ms,
-         t.missing_ack_delay_is_zero, t.sender_from_cids, list(t.quirks)) for t in traces])
+         t.missing_ack_delay_is_zero, t.sender_from_cids, list(t.quirks),
+         t.vantage_from_first_packet, t.rx_datagram_events_first, t.latest_rtt_zero_is_unset)
+        for t in traces])
 
 
 def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id: int) -> None:
@@ -98,22 +101,31 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         return f"name {'NOT IN' if negate else 'IN'} ({listed})"
 
     # One connection per (trace, group): quinn writes all connections into one stream, told
-    # apart by group_id.  Times are made relative to the connection's first event.
+    # apart by group_id.  Times are made relative to the connection's first event.  A trace
+    # without a vantage point (quinn) takes it from its first packet event if that is an
+    # Initial: a client's first packet is one it sends, a server's one it receives.
+    first_side = (f"arg_min(CASE WHEN {named('packet_sent')} THEN 'client' ELSE 'server' END, ev.rowid) "
+                  f"FILTER (WHERE {named(*PACKET_EVENTS)})")
+    first_type = f"arg_min({_packet_type('ev.data')}, ev.rowid) FILTER (WHERE {named(*PACKET_EVENTS)})"
     con.execute("""CREATE OR REPLACE TEMP TABLE first_row AS
         SELECT trace_index, min(rowid) AS first_rowid FROM ev GROUP BY trace_index""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE conn AS
         SELECT g.*, {first_connection_id} - 1 + row_number() OVER (ORDER BY trace_index, first_event)
                     AS connection_id
         FROM (SELECT trace_index, group_key, min(ev.rowid - f.first_rowid) AS first_event, count(*) AS events,
-                     min(t_ms) AS first_ms, max(t_ms) AS last_ms
+                     min(t_ms) AS first_ms, max(t_ms) AS last_ms,
+                     CASE WHEN {first_type} = 'initial' THEN {first_side} END AS first_packet_side
               FROM ev JOIN first_row f USING (trace_index) GROUP BY trace_index, group_key) g""")
     con.execute("""CREATE OR REPLACE TEMP VIEW e AS
         SELECT c.connection_id, ev.rowid - f.first_rowid AS event_index, ev.name, ev.data,
                ev.t_ms - c.first_ms AS time_ms,
                CASE WHEN tr.time_format = 'absolute' THEN ev.t_ms
                     ELSE tr.reference_epoch_ms + ev.t_ms END AS epoch_ms,
-               tr.vantage, tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
-               tr.missing_ack_delay_is_zero, tr.sender_from_cids
+               CASE WHEN tr.vantage_from_first_packet THEN coalesce(c.first_packet_side, tr.vantage)
+                    ELSE tr.vantage END AS vantage,
+               tr.flow, tr.time_scale_ms, tr.metric_scale_ms, tr.ack_delay_encoding,
+               tr.missing_ack_delay_is_zero, tr.sender_from_cids, tr.rx_datagram_events_first,
+               tr.latest_rtt_zero_is_unset
         FROM ev JOIN first_row f USING (trace_index)
         JOIN conn c USING (trace_index, group_key) JOIN tr USING (trace_index)""")
 
@@ -141,9 +153,15 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                {_num("coalesce(data->'raw'->>'length', data->'header'->>'packet_size', data->>'packet_size', data->'header'->>'length')", 'INTEGER')} AS size_bytes,
                {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
                data->'header'->>'dcid' AS dcid,
+               {_num("data->>'datagram_payload_checksum'", 'BIGINT')} AS datagram_checksum,
+               CASE WHEN rx_datagram_events_first THEN rx_datagrams END AS rx_datagram_seq,
                time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
-        FROM (SELECT *, first_value(data->'header'->>'scid') OVER (PARTITION BY connection_id ORDER BY event_index)
-                        AS client_cid FROM e WHERE {named(*PACKET_EVENTS)})""")
+        FROM (SELECT *, first_value(data->'header'->>'scid' IGNORE NULLS) OVER w AS client_cid,
+                     count(*) FILTER (WHERE {named('datagrams_received')}) OVER w AS rx_datagrams
+              FROM e WHERE {named(*PACKET_EVENTS, 'datagrams_received')}
+              WINDOW w AS (PARTITION BY connection_id ORDER BY event_index
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+        WHERE {named(*PACKET_EVENTS)}""")
 
     con.execute(f"""CREATE OR REPLACE TEMP TABLE fl AS
         SELECT connection_id, event_index, unnest(l) AS f, generate_subscripts(l, 1) - 1 AS position
@@ -214,23 +232,30 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
           ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender""")
 
     # Datagrams: the logged datagram_id when there is one; otherwise a packet starts a new
-    # datagram unless it follows, at the same time and in the same direction, a packet of an
-    # earlier coalescing order (RFC 9000 §12.2: Initial, 0-RTT, Handshake, then 1-RTT last).
+    # datagram unless it follows, in the same direction, a packet of the same datagram: one
+    # logged at the same time with an earlier coalescing order (RFC 9000 §12.2: Initial, 0-RTT,
+    # Handshake, then 1-RTT last), one with the same datagram_payload_checksum (quic-go), or —
+    # received, in traces that log datagrams_received before their packets (aioquic) — one
+    # after the same datagrams_received event.
     con.execute(f"""INSERT INTO packets
         SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, p.direction, p.sender,
                p.packet_type,
                {_SPACE.format(t='p.packet_type')},
                p.packet_number, p.size_bytes,
                coalesce(p.logged_datagram_id,
-                        sum(CASE WHEN p.prev_direction = p.direction AND p.prev_time = p.time_ms
-                                  AND p.prev_rank < p.rank THEN 0 ELSE 1 END)
+                        sum(CASE WHEN p.prev_direction = p.direction
+                                  AND ((p.prev_time = p.time_ms AND p.prev_rank < p.rank)
+                                       OR p.prev_checksum = p.datagram_checksum
+                                       OR (p.direction = 'received' AND p.prev_rx_seq = p.rx_datagram_seq))
+                                 THEN 0 ELSE 1 END)
                           OVER (PARTITION BY p.connection_id ORDER BY p.event_index
                                 ROWS UNBOUNDED PRECEDING) - 1),
                CASE WHEN fc.frame_count > 0 THEN fc.eliciting END,
                coalesce(fc.frame_count, 0)
         FROM (SELECT *,
                      lag(direction) OVER w AS prev_direction, lag(time_ms) OVER w AS prev_time,
-                     lag(rank) OVER w AS prev_rank
+                     lag(rank) OVER w AS prev_rank, lag(datagram_checksum) OVER w AS prev_checksum,
+                     lag(rx_datagram_seq) OVER w AS prev_rx_seq
               FROM (SELECT *, CASE packet_type WHEN 'initial' THEN 0 WHEN '0RTT' THEN 1
                                    WHEN 'handshake' THEN 2 WHEN '1RTT' THEN 3 ELSE 9 END AS rank FROM p)
               WINDOW w AS (PARTITION BY connection_id ORDER BY event_index)) p
@@ -240,16 +265,25 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                    GROUP BY connection_id, event_index) fc
           USING (connection_id, event_index)""")
 
+    # RFC 9002 §5.1: an RTT sample needs an ACK of a packet the endpoint sent, so latest_rtt and
+    # min_rtt logged before its first packet_sent are initial values, not samples (quinn logs
+    # its 333 ms initial RTT as both in the first event of a connection).
     con.execute(f"""INSERT INTO logged_metrics
         SELECT connection_id, event_index, time_ms,
-               {_num("data->>'latest_rtt'")} * time_scale_ms * metric_scale_ms,
-               {_num("data->>'min_rtt'")} * time_scale_ms * metric_scale_ms,
+               CASE WHEN NOT (latest_rtt_zero_is_unset AND data->>'min_rtt' IS NULL
+                              AND {_num("data->>'latest_rtt'")} = 0)
+                         AND NOT coalesce(event_index < first_sent, false)
+                    THEN {_num("data->>'latest_rtt'")} * time_scale_ms * metric_scale_ms END,
+               CASE WHEN NOT coalesce(event_index < first_sent, false)
+                    THEN {_num("data->>'min_rtt'")} * time_scale_ms * metric_scale_ms END,
                {_num("data->>'smoothed_rtt'")} * time_scale_ms * metric_scale_ms,
                {_num("coalesce(data->>'rtt_variance', data->>'rttvar', data->>'rtt_var')")} * time_scale_ms * metric_scale_ms,
                {_num("data->>'pto_count'", 'INTEGER')},
                {_num("coalesce(data->>'congestion_window', data->>'cwnd')", 'BIGINT')},
                {_num("data->>'bytes_in_flight'", 'BIGINT')}
-        FROM e WHERE {named('metrics_updated')}""")
+        FROM e LEFT JOIN (SELECT connection_id, min(event_index) AS first_sent FROM p
+                          WHERE direction = 'sent' GROUP BY connection_id) s USING (connection_id)
+        WHERE {named('metrics_updated')}""")
 
     con.execute(f"""INSERT INTO lost_packets
         SELECT connection_id, event_index, time_ms, {_packet_type('data')},
@@ -278,8 +312,12 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
 
     # The connection row last: its ODCID may come from the events (a client's first Initial is
     # sent to the ODCID; a server logs original_destination_connection_id).
-    con.execute(f"""INSERT INTO connections
-        SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''), tr.vantage,
+    con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+            flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
+            events, quirks)
+        SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''),
+               CASE WHEN tr.vantage_from_first_packet THEN coalesce(c.first_packet_side, tr.vantage)
+                    ELSE tr.vantage END,
                tr.flow, tr.implementation,
                coalesce(tr.odcid, nullif(c.group_key, ''), od.odcid),
                tr.title, tr.reference_epoch_ms,

@@ -49,6 +49,12 @@ QUIRKS: dict[str, dict[str, Any]] = {
     "quinn": {"metric_scale_ms": 1000.0},
     # quic-go leaves ack_delay out when it is zero.
     "quic-go": {"missing_ack_delay_is_zero": True},
+    # ngtcp2 0.12 logs "latest_rtt": 0 (and no min_rtt) in every metrics_updated before its
+    # first RTT sample (seen in gtlsserver's qlog: smoothed_rtt 333, rtt_variance 166).
+    "ngtcp2": {"latest_rtt_zero_is_unset": True},
+    # aioquic logs transport:datagrams_received before the packets of that datagram, and each
+    # packet_received at the time it was processed, so coalesced packets differ in time.
+    "aioquic": {"rx_datagram_events_first": True},
 }
 
 _TIME_KEYS = {"relative_time": "relative", "time": "relative", "delta_time": "delta",
@@ -193,6 +199,11 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         time_format = "absolute"
         quirks.append("absolute_epoch_times")
 
+    # quinn 0.11 writes vantage_point type "unknown" (its qlog stream is per endpoint config).
+    vantage_from_first_packet = vantage is Vantage.UNKNOWN
+    if vantage_from_first_packet:
+        quirks.append("vantage_from_first_packet")
+
     implementation = _implementation(header, trace)
     quirk = QUIRKS.get(implementation, {})
     if quirk:
@@ -213,6 +224,9 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         missing_ack_delay_is_zero=quirk.get("missing_ack_delay_is_zero", False),
         layout=layout,
         sender_from_cids=sender_from_cids,
+        vantage_from_first_packet=vantage_from_first_packet,
+        rx_datagram_events_first=quirk.get("rx_datagram_events_first", False),
+        latest_rtt_zero_is_unset=quirk.get("latest_rtt_zero_is_unset", False),
         quirks=tuple(quirks),
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -19,18 +20,32 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import normalize, reader, scanstore
+from . import analysis, normalize, reader, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
-                     "dropped_packets", "timers", "other_events")
+                     "dropped_packets", "timers", "other_events", "rtt_samples")
 
-#: Upgrades from an older schema version to the next one.  New tables need no statement here:
-#: ``store.sql`` (``CREATE TABLE IF NOT EXISTS``) runs after the migrations.
-MIGRATIONS: dict[int, str] = {
-    1: "SELECT 'version 2 adds the tables runs and probes'",
-}
+
+def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """An additive upgrade: every column the DDL has and the stored table lacks is added (NULL in
+    old rows; ``quicack analyze --reanalyze`` fills them).  New tables come from the DDL itself."""
+    for table, columns in schema_columns().items():
+        have = {name for (name,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
+        if not have:
+            continue  # a new table: created by the DDL
+        for name, definition in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
+
+
+#: Upgrades from an older schema version to the next one.
+#: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
+#: 2 → 3: tables runs and probes (scans).
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _add_missing_columns,
+                                                                    2: _add_missing_columns}
 
 
 def schema_sql() -> str:
@@ -43,6 +58,20 @@ def schema_sql() -> str:
 
 def table_names() -> list[str]:
     return re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql())
+
+
+def schema_columns() -> dict[str, list[tuple[str, str]]]:
+    """Table → [(column, type definition)] as the DDL declares them."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", schema_sql(), re.S):
+        columns = []
+        for line in body.splitlines():
+            line = line.split("--", 1)[0].strip().rstrip(",")
+            if line:
+                name, definition = line.split(None, 1)
+                columns.append((name, definition.replace(" PRIMARY KEY", "")))
+        tables[table] = columns
+    return tables
 
 
 class Store:
@@ -97,7 +126,7 @@ class Store:
                 if version not in MIGRATIONS:
                     raise QuicackError(f"store has schema version {version} and no upgrade to "
                                        f"{SCHEMA_VERSION} exists; re-create it", self.path)
-                self.con.execute(MIGRATIONS[version])
+                MIGRATIONS[version](self.con)
                 version += 1
             self.con.execute(schema_sql())
             self.con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
@@ -122,7 +151,7 @@ class Store:
         previous = self.con.execute(
             "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
         if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
-            return FileResult(name, "unchanged")
+            return FileResult(name, "unchanged", file_id=previous[0][0])
 
         self.con.execute("BEGIN")
         try:
@@ -134,6 +163,7 @@ class Store:
             first_connection = self.con.execute(
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             normalize.normalize(self.con, file_id, first_connection)
+            analysis.analyze(self.con, first_connection)
             scanstore.link_probes(self.con, file_id, digest)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 file_id, name, digest, size, staged.format, staged.qlog_version, ANALYSIS_VERSION,
@@ -169,13 +199,27 @@ class Store:
         skipped = dict(self.con.execute(
             f"SELECT event_name, count(*) FROM other_events WHERE connection_id IN {ids} "
             "GROUP BY event_name ORDER BY 2 DESC, 1", {"id": file_id}).fetchall())
-        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings))
+        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings),
+                          file_id=file_id)
 
     # --- reading -----------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict | list | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame."""
         return self.con.sql(query, params=params).pl()
+
+    def handshakes_by_class(self, file_ids: list[int] | None = None) -> pl.DataFrame:
+        """Connections per handshake class with median gap, first ACK delay and first PTO (ms),
+        for the given files (all files when None)."""
+        where = "true" if file_ids is None else \
+            f"file_id IN ({', '.join(str(int(i)) for i in file_ids) or 'NULL'})"
+        return self.sql(f"""
+            SELECT handshake_class AS class, count(*) AS connections,
+                   median(ack_sh_gap_ms) AS median_gap_ms,
+                   median(first_ack_delay_ms) AS median_first_ack_delay_ms,
+                   median(first_pto_ms) AS median_first_pto_ms
+            FROM connections WHERE {where}
+            GROUP BY ALL ORDER BY connections DESC, class""")
 
     def table(self, name: str) -> pl.DataFrame:
         if name not in table_names():

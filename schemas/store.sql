@@ -1,4 +1,4 @@
--- quicack store, schema version 2.
+-- quicack store, schema version 3.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 
@@ -34,7 +34,37 @@ CREATE TABLE IF NOT EXISTS connections (
     first_event_epoch_ms DOUBLE,
     duration_ms        DOUBLE,
     events             BIGINT NOT NULL,
-    quirks             VARCHAR[] NOT NULL
+    quirks             VARCHAR[] NOT NULL,
+    -- handshake classification (quicack/classify.py); times *_ms after the client's first Initial
+    handshake_class    VARCHAR,
+    handshake_reason   VARCHAR,
+    handshake_notes    VARCHAR[],
+    ack_sh_gap_ms      DOUBLE,
+    first_ack_event_index BIGINT,
+    server_hello_event_index BIGINT,
+    first_ack_packet_number BIGINT,
+    first_ack_frames   VARCHAR,
+    first_ack_largest_acknowledged BIGINT,
+    first_ack_acknowledges_first_initial BOOLEAN,
+    first_ack_delay_ms DOUBLE,
+    first_ack_delay_exponent INTEGER,
+    clienthello_packets INTEGER,
+    first_server_packet_ms DOUBLE,
+    server_hello_ms    DOUBLE,
+    handshake_complete_ms DOUBLE,
+    handshake_done_ms  DOUBLE,
+    first_response_byte_ms DOUBLE,
+    server_max_ack_delay_ms DOUBLE,
+    server_ack_delay_exponent INTEGER,
+    server_min_ack_delay_ms DOUBLE,
+    ack_frequency_supported BOOLEAN,
+    -- RFC 9002 replay (quicack/recovery.py), one row per sample in rtt_samples
+    replay_endpoint    VARCHAR,
+    replay_samples     INTEGER,
+    first_rtt_sample_ms DOUBLE,
+    first_pto_ms       DOUBLE,
+    counterfactual_first_pto_ms DOUBLE,
+    replay_notes       VARCHAR[]
 );
 
 CREATE TABLE IF NOT EXISTS packets (
@@ -140,7 +170,36 @@ CREATE TABLE IF NOT EXISTS other_events (
     data          JSON
 );
 
--- Scans (schema version 2): one row per run, one per probe (target × repetition).
+CREATE TABLE IF NOT EXISTS rtt_samples (
+    connection_id        BIGINT NOT NULL,
+    event_index          BIGINT NOT NULL,
+    time_ms              DOUBLE NOT NULL,
+    packet_number_space  VARCHAR NOT NULL,
+    largest_acknowledged BIGINT NOT NULL,
+    latest_rtt_ms        DOUBLE NOT NULL,
+    ack_delay_ms         DOUBLE,
+    ack_delay_used_ms    DOUBLE NOT NULL,
+    adjusted_rtt_ms      DOUBLE NOT NULL,
+    min_rtt_ms           DOUBLE NOT NULL,
+    smoothed_rtt_ms      DOUBLE NOT NULL,
+    rttvar_ms            DOUBLE NOT NULL,
+    pto_ms               DOUBLE,
+    pto_count            INTEGER,
+    pto_backoff_ms       DOUBLE,
+    handshake_confirmed  BOOLEAN NOT NULL,
+    flags                VARCHAR[] NOT NULL,
+    logged_event_index   BIGINT,
+    logged_latest_rtt_ms DOUBLE,
+    logged_min_rtt_ms    DOUBLE,
+    logged_smoothed_rtt_ms DOUBLE,
+    logged_rttvar_ms     DOUBLE,
+    latest_rtt_diff_ms   DOUBLE,
+    min_rtt_diff_ms      DOUBLE,
+    smoothed_rtt_diff_ms DOUBLE,
+    rttvar_diff_ms       DOUBLE
+);
+
+-- Scans (schema version 3): one row per run, one per probe (target × repetition).
 
 CREATE TABLE IF NOT EXISTS runs (
     run_id          BIGINT PRIMARY KEY,

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import orjson
@@ -33,3 +36,19 @@ def write_seq(path: Path, header: dict, events: list, gz: bool = False, separato
 
 def rows(store: Store, sql: str) -> list[dict]:
     return store.sql(sql).to_dicts()
+
+
+def ensure_command(command: str, package: str) -> str:
+    """The path of ``command``, installing Debian's ``package`` first if it is missing (tests
+    install the real components they need rather than skip)."""
+    found = shutil.which(command)
+    if found:
+        return found
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    update = subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, text=True)
+    install = subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True, text=True)
+    found = shutil.which(command)
+    if not found:
+        pytest.fail(f"{command} is missing and `apt-get install {package}` did not provide it:\n"
+                    f"{update.stderr[-2000:]}\n{install.stdout[-2000:]}\n{install.stderr[-2000:]}")
+    return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 import duckdb
@@ -150,3 +151,26 @@ def test_table_and_sql_return_polars(store):
     assert store.sql("SELECT count(*) AS n FROM frames WHERE frame_type = $t", {"t": "ack"})["n"][0] > 0
     with pytest.raises(QuicackError, match="no table 'nope'"):
         store.table("nope")
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_reanalysis_fills_the_new_columns(tmp_path):
+    # tests/data/store_v1.sql is schemas/store.sql as released with schema version 1.
+    db = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute((DATA / "store_v1.sql").read_text())
+    con.execute("INSERT INTO store_meta VALUES ('schema_version', '1')")
+    con.close()
+    with Store(db) as old:  # upgrade 1 → 2 happens here
+        assert rows(old, "SELECT value FROM store_meta WHERE key = 'schema_version'") == [{"value": str(SCHEMA_VERSION)}]
+        columns = {r["column_name"] for r in rows(old, "SELECT column_name FROM duckdb_columns() WHERE table_name = 'connections'")}
+        assert {"handshake_class", "ack_sh_gap_ms", "first_pto_ms"} <= columns
+        assert old.table("rtt_samples").height == 0
+    # A file stored by analysis version 1 is ingested again by this version (the key includes it).
+    con = duckdb.connect(str(db))
+    con.execute("""INSERT INTO files VALUES (1, 'old.qlog', ?, 1, 'json', '0.3', 1, now()::TIMESTAMP, 0, [])""",
+                [hashlib.sha256(AIOQUIC_CLIENT.read_bytes()).hexdigest()])
+    con.close()
+    with Store(db) as store:
+        assert store.ingest(AIOQUIC_CLIENT).status == "ingested"
+        assert rows(store, "SELECT handshake_class FROM connections") == [{"handshake_class": "wfc"}]
+        assert rows(store, "SELECT count(*) AS n FROM files") == [{"n": 1}]

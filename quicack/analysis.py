@@ -1,0 +1,406 @@
+"""Per-connection analyses run inside the store: handshake classification and the RFC 9002 replay.
+
+Theory of operation: after a file's rows are normalized (same transaction), :func:`analyze` reads
+each new connection back out of DuckDB — the first :data:`HANDSHAKE_WINDOW` packets with their
+frames for :func:`quicack.classify.classify`, and the endpoint's sent packets, received ACK frames,
+losses, PTO expiries and confirmation for :func:`quicack.recovery.replay` — runs the pure code,
+and writes the results back: columns of ``connections`` and rows of ``rtt_samples``, each sample
+next to the metrics the implementation logged right after the same ACK.
+
+Whose view is replayed: the vantage point's (client or server).  A network capture is replayed as
+the client's view (its ``flow``, 'client' unless the trace says otherwise): exact when captured at
+the client host, as scanners and browsers' captures are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from . import recovery
+from .classify import IACK, IACK_PING, WFC, Close, Handshake, classify
+from .model import Frame, Packet
+
+#: Packets per connection the classifier looks at; the handshake is long over by then.
+HANDSHAKE_WINDOW = 400
+
+_HANDSHAKE_COLUMNS = (
+    "handshake_class", "handshake_reason", "handshake_notes", "ack_sh_gap_ms", "first_ack_event_index",
+    "server_hello_event_index", "first_ack_packet_number", "first_ack_frames",
+    "first_ack_largest_acknowledged", "first_ack_acknowledges_first_initial", "first_ack_delay_ms",
+    "clienthello_packets", "first_server_packet_ms", "server_hello_ms", "handshake_complete_ms",
+)
+_REPLAY_COLUMNS = ("replay_endpoint", "replay_samples", "first_rtt_sample_ms", "first_pto_ms",
+                   "counterfactual_first_pto_ms", "replay_notes")
+
+_SAMPLE_FIELDS = ("connection_id", "event_index", "time_ms", "packet_number_space", "largest_acknowledged",
+                  "latest_rtt_ms", "ack_delay_ms", "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms",
+                  "smoothed_rtt_ms", "rttvar_ms", "pto_ms", "pto_count", "pto_backoff_ms",
+                  "handshake_confirmed", "flags")
+
+
+def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
+    """Classify and replay every connection with id ≥ ``first_connection_id`` (caller holds the
+    transaction)."""
+    ids = [cid for (cid,) in con.execute(
+        "SELECT connection_id FROM connections WHERE connection_id >= ? ORDER BY 1",
+        [first_connection_id]).fetchall()]
+    if not ids:
+        return
+    handshakes = {cid: classify(packets, close=closes.get(cid))
+                  for cid, packets, closes in _handshake_inputs(con, first_connection_id)}
+    con.execute("DROP TABLE IF EXISTS hs")
+    con.execute(f"""CREATE TEMP TABLE hs (connection_id BIGINT, {', '.join(
+        f'{c} {t}' for c, t in _hs_types())})""")
+    rows = [(cid, *_handshake_values(h)) for cid, h in handshakes.items()]
+    if rows:
+        con.executemany(f"INSERT INTO hs VALUES ({', '.join('?' * (len(_HANDSHAKE_COLUMNS) + 1))})", rows)
+    con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = hs.{col}' for col in _HANDSHAKE_COLUMNS)}
+        FROM hs WHERE c.connection_id = hs.connection_id""")
+    _fill_sql_figures(con, first_connection_id)
+
+    replays = []
+    for cid in ids:
+        view = _replay_view(con, cid)
+        if view is None:
+            continue
+        endpoint, is_client, pto_observable = view
+        result = recovery.replay(_replay_events(con, cid, endpoint), is_client=is_client,
+                                 pto_observable=pto_observable, sent=_sent_log(con, cid, endpoint))
+        _insert_samples(con, cid, result)
+        replays.append((cid, endpoint, result, handshakes.get(cid)))
+    _update_replay_columns(con, replays)
+    con.execute("DROP TABLE IF EXISTS hs")
+
+
+# --- handshake classification -------------------------------------------------------------------
+
+def _hs_types() -> list[tuple[str, str]]:
+    types = {"handshake_notes": "VARCHAR[]", "first_ack_acknowledges_first_initial": "BOOLEAN",
+             "handshake_class": "VARCHAR", "handshake_reason": "VARCHAR", "first_ack_frames": "VARCHAR"}
+    ints = ("first_ack_event_index", "server_hello_event_index", "first_ack_packet_number",
+            "first_ack_largest_acknowledged", "clienthello_packets")
+    return [(c, types.get(c, "BIGINT" if c in ints else "DOUBLE")) for c in _HANDSHAKE_COLUMNS]
+
+
+def _handshake_values(h: Handshake) -> tuple:
+    return (h.handshake_class, h.reason, list(h.notes), h.ack_sh_gap_ms, h.first_ack_event_index,
+            h.server_hello_event_index, h.first_ack_packet_number, h.first_ack_frames,
+            h.first_ack_largest_acknowledged, h.first_ack_acknowledges_first_initial,
+            h.first_ack_delay_ms, h.clienthello_packets, h.first_server_packet_ms, h.server_hello_ms,
+            h.handshake_complete_ms)
+
+
+def _handshake_inputs(con, first_id: int) -> Iterator[tuple[int, list[Packet], dict]]:
+    closes = {cid: Close(t, sender, code) for cid, t, sender, code in con.execute("""
+        SELECT f.connection_id, arg_min(p.time_ms, p.event_index), arg_min(p.sender, p.event_index),
+               arg_min(coalesce(f.details->>'error_code', f.details->>'raw_error_code',
+                                f.details->>'error_space'), p.event_index)
+        FROM frames f JOIN packets p USING (connection_id, event_index)
+        WHERE f.connection_id >= ? AND f.frame_type = 'connection_close'
+        GROUP BY f.connection_id""", [first_id]).fetchall()}
+    rows = con.execute(f"""
+        WITH w AS (
+            SELECT * FROM packets WHERE connection_id >= ?
+            QUALIFY row_number() OVER (PARTITION BY connection_id ORDER BY event_index) <= {HANDSHAKE_WINDOW})
+        SELECT w.connection_id, w.event_index, w.time_ms, w.direction, w.sender, w.packet_type,
+               w.packet_number, w.size_bytes, w.datagram_id,
+               list((f.frame_type, f.ack_delay_ms, f.largest_acknowledged, f.acked_ranges, f.offset_bytes,
+                     f.length_bytes, f.stream_id,
+                     coalesce(f.details->>'error_code', f.details->>'raw_error_code'))
+                    ORDER BY f.position) FILTER (WHERE f.frame_type IS NOT NULL)
+        FROM w LEFT JOIN frames f USING (connection_id, event_index)
+        GROUP BY ALL ORDER BY w.connection_id, w.event_index""", [first_id]).fetchall()
+    current, packets = None, []
+    for row in rows:
+        cid = row[0]
+        if cid != current:
+            if current is not None:
+                yield current, packets, closes
+            current, packets = cid, []
+        frames = tuple(_frame(f) for f in row[9] or ())
+        packets.append(Packet(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], frames))
+    if current is not None:
+        yield current, packets, closes
+    # connections without any packet still get a class
+    for (cid,) in con.execute("""SELECT connection_id FROM connections c WHERE connection_id >= ?
+            AND NOT EXISTS (SELECT 1 FROM packets p WHERE p.connection_id = c.connection_id)""",
+                              [first_id]).fetchall():
+        yield cid, [], closes
+
+
+def _frame(f: dict | tuple) -> Frame:
+    values = list(f.values()) if isinstance(f, dict) else list(f)
+    kind, delay, largest, ranges, offset, length, stream, code = values
+    return Frame(kind, delay, largest, _ranges(ranges, largest), offset, length, stream, code)
+
+
+def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
+    """ACK ranges as pairs; producers that log only the largest acknowledged (pcap2qlog 0.1)
+    get that one packet as their only range."""
+    pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
+    if not pairs and largest is not None:
+        return ((largest, largest),)
+    return pairs
+
+
+def _fill_sql_figures(con, first_id: int) -> None:
+    """Figures cheaper in SQL: HANDSHAKE_DONE, first response byte, server transport parameters,
+    the exponent the first ACK delay was decoded with."""
+    con.execute("""UPDATE connections c SET
+            handshake_done_ms = x.done_ms, first_response_byte_ms = x.response_ms
+        FROM (SELECT p.connection_id,
+                     min(p.time_ms) FILTER (WHERE f.frame_type = 'handshake_done') AS done_ms,
+                     min(p.time_ms) FILTER (WHERE f.frame_type = 'stream' AND p.sender = 'server'
+                                            AND f.stream_id % 4 = 0 AND coalesce(f.length_bytes, 1) > 0)
+                         AS response_ms
+              FROM packets p JOIN frames f USING (connection_id, event_index)
+              WHERE p.connection_id >= ? AND f.frame_type IN ('handshake_done', 'stream')
+              GROUP BY p.connection_id) x
+        WHERE c.connection_id = x.connection_id""", [first_id])
+    # Relative to the client's first Initial, as the classifier's figures are.
+    con.execute("""UPDATE connections c SET
+            handshake_done_ms = c.handshake_done_ms - t0.t, first_response_byte_ms = c.first_response_byte_ms - t0.t
+        FROM (SELECT connection_id, min(time_ms) AS t FROM packets
+              WHERE connection_id >= ? AND sender = 'client' AND packet_type = 'initial'
+              GROUP BY connection_id) t0
+        WHERE c.connection_id = t0.connection_id""", [first_id])
+    con.execute("""UPDATE connections c SET handshake_done_ms = NULL, first_response_byte_ms = NULL
+        WHERE c.connection_id >= ? AND NOT EXISTS (SELECT 1 FROM packets p WHERE p.connection_id = c.connection_id
+              AND p.sender = 'client' AND p.packet_type = 'initial')""", [first_id])
+    con.execute("""UPDATE connections c SET
+            server_max_ack_delay_ms = tp.max_ack_delay_ms, server_ack_delay_exponent = tp.ack_delay_exponent,
+            server_min_ack_delay_ms = tp.min_ack_delay_ms,
+            ack_frequency_supported = tp.min_ack_delay_ms IS NOT NULL
+        FROM transport_parameters tp
+        WHERE c.connection_id >= ? AND tp.connection_id = c.connection_id AND tp.endpoint = 'server'""",
+                [first_id])
+    # RFC 9000 §19.3 / KNOWLEDGE §2: an ACK Delay field we decoded ourselves (the producer logged
+    # the raw field) in an Initial packet used the default exponent 3: the sender's transport
+    # parameters are not known yet.
+    con.execute("""UPDATE connections c SET first_ack_delay_exponent = 3
+        FROM frames f
+        WHERE c.connection_id >= ? AND f.connection_id = c.connection_id
+          AND f.event_index = c.first_ack_event_index AND f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL""",
+                [first_id])
+
+
+# --- RFC 9002 replay ------------------------------------------------------------------------------
+
+def _replay_view(con, cid: int) -> tuple[str, bool, bool] | None:
+    """(endpoint replayed, is it the client, does the trace show PTO expiries) or None."""
+    found = con.execute("""SELECT vantage, flow,
+            EXISTS (SELECT 1 FROM timers t WHERE t.connection_id = c.connection_id)
+            OR EXISTS (SELECT 1 FROM lost_packets l WHERE l.connection_id = c.connection_id
+                       AND lower(l.trigger) LIKE '%pto%')
+        FROM connections c WHERE connection_id = ?""", [cid]).fetchall()
+    if not found:
+        return None
+    vantage, flow, pto_observable = found[0]
+    if vantage in ("client", "server"):
+        endpoint = vantage
+    elif vantage == "network":
+        endpoint = flow if flow in ("client", "server") else "client"
+    else:
+        return None
+    return endpoint, endpoint == "client", bool(pto_observable)
+
+
+_SENT_SQL = """
+    SELECT packet_number_space, packet_number, time_ms, coalesce(ack_eliciting, true), event_index
+    FROM packets WHERE connection_id = $cid AND sender = $me AND packet_number IS NOT NULL
+                   AND packet_number_space IS NOT NULL
+    ORDER BY packet_number_space, packet_number, event_index
+"""
+
+_EVENT_SQL = """
+    -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
+    SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
+           f.largest_acknowledged AS pn, flatten(f.acked_ranges) AS ranges, f.ack_delay_ms AS value
+    FROM frames f JOIN packets p USING (connection_id, event_index)
+    WHERE f.connection_id = $cid AND f.frame_type = 'ack' AND p.sender <> $me
+          AND p.packet_number_space IS NOT NULL
+    UNION ALL
+    SELECT event_index, 2, time_ms, packet_number_space, packet_number, NULL, NULL
+    FROM lost_packets WHERE connection_id = $cid AND packet_number IS NOT NULL AND packet_number_space IS NOT NULL
+    UNION ALL
+    SELECT min(event_index), 3, time_ms, NULL, NULL, NULL, NULL FROM (
+        SELECT event_index, time_ms FROM timers WHERE connection_id = $cid
+               AND lower(coalesce(timer_type, '')) IN ('pto', 'probe') AND lower(event_type) = 'expired'
+        UNION ALL
+        SELECT event_index, time_ms FROM lost_packets WHERE connection_id = $cid AND lower(trigger) LIKE '%pto%'
+               AND NOT EXISTS (SELECT 1 FROM timers WHERE connection_id = $cid)) GROUP BY time_ms
+    UNION ALL
+    -- RFC 9001 §4.9.1: "a client MUST discard Initial keys when it first sends a Handshake packet
+    -- and a server MUST discard Initial keys when it first successfully processes a Handshake
+    -- packet": for both, the first Handshake packet of the client
+    SELECT min(event_index), 4, arg_min(time_ms, event_index), 'initial', NULL, NULL, NULL
+    FROM packets WHERE connection_id = $cid AND packet_type = 'handshake' AND sender = 'client'
+    HAVING count(*) > 0
+    UNION ALL
+    -- Handshake confirmed (RFC 9001 §4.1.2): the client on receiving HANDSHAKE_DONE, the server
+    -- when its handshake completes (the client's Finished arrives in a Handshake packet)
+    SELECT min(p.event_index), 5, arg_min(p.time_ms, p.event_index), NULL, NULL, NULL, NULL
+    FROM packets p JOIN frames f USING (connection_id, event_index)
+    WHERE p.connection_id = $cid AND p.sender <> $me
+      AND (($me = 'client' AND f.frame_type = 'handshake_done')
+           OR ($me = 'server' AND p.packet_type = 'handshake' AND f.frame_type = 'crypto'))
+    HAVING count(*) > 0
+    UNION ALL
+    SELECT -1, 6, time_ms, NULL, NULL, NULL, max_ack_delay_ms
+    FROM transport_parameters WHERE connection_id = $cid AND endpoint <> $me AND max_ack_delay_ms IS NOT NULL
+    UNION ALL
+    SELECT event_index, 7, time_ms, NULL, NULL, NULL, NULL
+    FROM packets WHERE connection_id = $cid AND packet_type = 'retry' AND $me = 'client'
+    ORDER BY event_index, k
+"""
+
+
+def _sent_log(con, cid: int, me: str) -> dict[str, recovery.SentLog]:
+    """The endpoint's sent packets as columns, per space (no Python object per packet)."""
+    table = con.sql(_SENT_SQL, params={"cid": cid, "me": me}).to_arrow_table()
+    logs = {}
+    spaces = table.column(0).to_pylist()
+    columns = [table.column(i).to_pylist() for i in range(1, 5)]
+    start = 0
+    while start < len(spaces):
+        end = start
+        while end < len(spaces) and spaces[end] == spaces[start]:
+            end += 1
+        logs[spaces[start]] = recovery.SentLog(*(col[start:end] for col in columns))
+        start = end
+    return logs
+
+
+def _replay_events(con, cid: int, me: str) -> Iterator:
+    """The replay's other events, streamed from DuckDB in record batches."""
+    reader = con.sql(_EVENT_SQL, params={"cid": cid, "me": me}).to_arrow_reader(65536)
+    for batch in reader:
+        cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        for at, k, t, space, pn, ranges, value in zip(*cols):
+            if k == 1:
+                # ranges arrive flattened: [low1, high1, low2, high2, …]
+                pairs = tuple(zip(ranges[::2], ranges[1::2])) if ranges else ((pn, pn),) if pn is not None else ()
+                yield recovery.AckReceived(t, space, pairs, value, at)
+            elif k == 2:
+                yield recovery.Lost(t, space, pn, at)
+            elif k == 3:
+                yield recovery.PtoExpired(t, at)
+            elif k == 4:
+                yield recovery.SpaceDiscarded(t, space, at)
+            elif k == 5:
+                yield recovery.HandshakeConfirmed(t, at)
+                # RFC 9001 §4.9.2: "An endpoint MUST discard its Handshake keys when the TLS
+                # handshake is confirmed"
+                yield recovery.SpaceDiscarded(t, recovery.HANDSHAKE, at)
+            elif k == 6:
+                yield recovery.PeerMaxAckDelay(t, value)
+            else:
+                yield recovery.RetryReceived(t, at)
+
+
+def _insert_samples(con, cid: int, result: recovery.Replay) -> None:
+    if not result.samples:
+        return
+    columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
+    for s in result.samples:
+        values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
+                  s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
+                  s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
+        for name, value in zip(_SAMPLE_FIELDS, values):
+            columns[name].append(value)
+    table = pa.table({name: pa.array(values, type=_arrow_type(name)) for name, values in columns.items()})
+    con.register("replay_samples_arrow", table)
+    try:
+        # The values the implementation logged right after the same ACK: the first metrics event
+        # after the ACK's packet that carries an RTT value, if it comes before the next packet the
+        # endpoint received (otherwise it belongs to something else); fields it did not log again
+        # carry their last logged value.
+        con.execute("""INSERT INTO rtt_samples
+            WITH filled AS (
+                -- Producers that log only the fields that changed (quic-go, quinn): a missing
+                -- field keeps its last logged value.
+                SELECT event_index, latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL AS has_rtt,
+                       last_value(latest_rtt_ms IGNORE NULLS) OVER w AS latest_rtt_ms,
+                       last_value(min_rtt_ms IGNORE NULLS) OVER w AS min_rtt_ms,
+                       last_value(smoothed_rtt_ms IGNORE NULLS) OVER w AS smoothed_rtt_ms,
+                       last_value(rtt_variance_ms IGNORE NULLS) OVER w AS rtt_variance_ms
+                FROM logged_metrics WHERE connection_id = $cid
+                WINDOW w AS (ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
+            m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
+            nxt AS (
+                SELECT event_index, lead(event_index) OVER (ORDER BY event_index) AS next_index
+                FROM packets WHERE connection_id = $cid AND direction = 'received'),
+            s AS (SELECT s.*, coalesce(nxt.next_index, 9223372036854775807) AS next_index
+                  FROM replay_samples_arrow s LEFT JOIN nxt USING (event_index)),
+            j AS (SELECT s.*, m.event_index AS m_index, m.latest_rtt_ms AS l_latest, m.min_rtt_ms AS l_min,
+                         m.smoothed_rtt_ms AS l_smoothed, m.rtt_variance_ms AS l_var
+                  FROM s ASOF LEFT JOIN m ON s.event_index < m.event_index)
+            SELECT connection_id, event_index, time_ms, packet_number_space, largest_acknowledged,
+                   latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms,
+                   smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags,
+                   CASE WHEN ok THEN m_index END, CASE WHEN ok THEN l_latest END, CASE WHEN ok THEN l_min END,
+                   CASE WHEN ok THEN l_smoothed END, CASE WHEN ok THEN l_var END,
+                   CASE WHEN ok THEN latest_rtt_ms - l_latest END, CASE WHEN ok THEN min_rtt_ms - l_min END,
+                   CASE WHEN ok THEN smoothed_rtt_ms - l_smoothed END, CASE WHEN ok THEN rttvar_ms - l_var END
+            FROM (SELECT *, m_index IS NOT NULL AND m_index < next_index AS ok FROM j)
+            ORDER BY event_index""", {"cid": cid})
+    finally:
+        con.unregister("replay_samples_arrow")
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    if name in ("connection_id", "event_index", "largest_acknowledged"):
+        return pa.int64()
+    if name == "pto_count":
+        return pa.int32()
+    if name == "packet_number_space":
+        return pa.string()
+    if name == "handshake_confirmed":
+        return pa.bool_()
+    if name == "flags":
+        return pa.list_(pa.string())
+    return pa.float64()
+
+
+def _update_replay_columns(con, replays: list) -> None:
+    rows = []
+    for cid, endpoint, result, handshake in replays:
+        notes = []
+        if result.acks_of_unknown_packets:
+            notes.append(f"acks_of_packets_not_in_trace:{result.acks_of_unknown_packets}")
+        first = result.samples[0] if result.samples else None
+        counterfactual = None
+        if first is not None and handshake is not None and endpoint == "client":
+            counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
+        rows.append((cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
+                     result.first_pto_ms, counterfactual, notes))
+    if not rows:
+        return
+    con.execute("DROP TABLE IF EXISTS rp")
+    con.execute("""CREATE TEMP TABLE rp (connection_id BIGINT, replay_endpoint VARCHAR, replay_samples INTEGER,
+        first_rtt_sample_ms DOUBLE, first_pto_ms DOUBLE, counterfactual_first_pto_ms DOUBLE, replay_notes VARCHAR[])""")
+    con.executemany("INSERT INTO rp VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = rp.{col}' for col in _REPLAY_COLUMNS)}
+        FROM rp WHERE c.connection_id = rp.connection_id""")
+    con.execute("DROP TABLE rp")
+
+
+def counterfactual_first_pto_ms(h: Handshake, first: recovery.Sample, later_min_rtt_ms: float) -> float | None:
+    """The client's first PTO had the server answered the other way (issue 3, item 4).
+
+    iack: with WFC the first ACK would have come with the ServerHello, ``ack_sh_gap_ms`` later:
+    sample' = first sample + gap.  wfc: with an instant ACK the sample would have lacked the time
+    the server held its ACK, which it reports as the ACK delay: sample' = first sample − first
+    ack_delay, never below the later min_rtt.  Both in the first sample's (Initial) space.
+    """
+    if h.first_ack_event_index is None or first.event_index != h.first_ack_event_index:
+        return None  # the first sample did not come from the first ACK
+    if h.handshake_class in (IACK, IACK_PING) and h.ack_sh_gap_ms is not None:
+        return recovery.first_pto_after(first.latest_rtt_ms + h.ack_sh_gap_ms, first.space)
+    if h.handshake_class == WFC and h.first_ack_delay_ms is not None:
+        sample = max(first.latest_rtt_ms - h.first_ack_delay_ms, later_min_rtt_ms)
+        return recovery.first_pto_after(sample, first.space)
+    return None

@@ -1,0 +1,89 @@
+"""Regenerate tests/data/local/aioquic-transfer: an aioquic client downloads 400 KB from an aioquic
+server on 127.0.0.1, both writing qlog (aioquic's QuicFileLogger).  Not run by the tests; the
+output is committed so the expected values read off it stay fixed.
+
+    python tests/data/local/make_aioquic_transfer.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import shutil
+import ssl
+from pathlib import Path
+
+from aioquic.asyncio import connect, serve
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamDataReceived
+from aioquic.quic.logger import QuicFileLogger
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+OUT = Path(__file__).parent / "aioquic-transfer"
+SIZE = 400_000
+
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                       serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    return folder / "cert.pem", folder / "key.pem"
+
+
+class Server(QuicConnectionProtocol):
+    def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived) and event.end_stream:
+            self._quic.send_stream_data(event.stream_id, b"x" * SIZE, end_stream=True)
+            self.transmit()
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.received = 0
+        self.done = asyncio.get_running_loop().create_future()
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived):
+            self.received += len(event.data)
+            if event.end_stream and not self.done.done():
+                self.done.set_result(self.received)
+
+
+async def main() -> None:
+    shutil.rmtree(OUT, ignore_errors=True)
+    (OUT / "qlog_client").mkdir(parents=True)
+    (OUT / "qlog_server").mkdir()
+    tmp = OUT / "tmp"
+    tmp.mkdir()
+    cert, key = _certificate(tmp)
+    server_config = QuicConfiguration(is_client=False, alpn_protocols=["quicack-test"],
+                                      quic_logger=QuicFileLogger(OUT / "qlog_server"))
+    server_config.load_cert_chain(cert, key)
+    server = await serve("127.0.0.1", 4490, configuration=server_config, create_protocol=Server)
+    client_config = QuicConfiguration(is_client=True, alpn_protocols=["quicack-test"],
+                                      verify_mode=ssl.CERT_NONE,
+                                      quic_logger=QuicFileLogger(OUT / "qlog_client"))
+    async with connect("127.0.0.1", 4490, configuration=client_config, create_protocol=Client) as client:
+        stream = client._quic.get_next_available_stream_id()
+        client._quic.send_stream_data(stream, b"GET", end_stream=True)
+        client.transmit()
+        print("received", await asyncio.wait_for(client.done, 10), "bytes")
+    server.close()
+    await asyncio.sleep(0.2)
+    shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
