@@ -67,7 +67,7 @@ def schema_columns() -> dict[str, list[tuple[str, str]]]:
         columns = []
         for line in body.splitlines():
             line = line.split("--", 1)[0].strip().rstrip(",")
-            if line:
+            if line and not re.match(r"(PRIMARY|UNIQUE|CHECK|FOREIGN)\b", line):  # table constraints
                 name, definition = line.split(None, 1)
                 columns.append((name, definition.replace(" PRIMARY KEY", "")))
         tables[table] = columns
