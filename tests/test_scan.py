@@ -82,6 +82,16 @@ def test_each_mode_has_its_first_flight_and_the_iack_gap_is_the_certificate_dela
         # the ServerHello leaves 20 ms after the instant ACK, plus the server's TLS work; on a
         # busy shared machine one probe may wait longer, so: never early, the best one close
         assert min(values) >= 19.0 and min(values) <= 20.0 + 10.0 and max(values) < 20.0 + 100.0, (name, values)
+    # the classification that runs inside ingest says the same, joined through probes
+    classes = con.execute("""
+        SELECT p.domain, p.repetition, c.handshake_class, c.ack_sh_gap_ms
+        FROM probes p JOIN connections c USING (connection_id)""").fetchall()
+    expected = {"wfc.test": "wfc", "wfc20.test": "wfc", "iack20.test": "iack", "ping20.test": "iack_ping"}
+    for domain, rep, handshake_class, gap in classes:
+        assert handshake_class == expected[domain], (domain, rep, handshake_class)
+        packets = flights[(domain, rep)]
+        qlog_gap = next(t for t, f in packets if "crypto" in f) - packets[0][0]
+        assert gap == pytest.approx(qlog_gap, abs=0.01)
     # the probe's own kernel-timestamped timings agree with its qlog
     for domain, rep, first_ack, hello in con.execute(
             "SELECT domain, repetition, first_ack_ms, server_hello_ms FROM probes").fetchall():
@@ -108,8 +118,15 @@ def test_broken_peers_become_outcomes_not_crashes(tmp_path, servers):
     assert rows["vn.test"][0] == "version_negotiation"
     assert rows["closed.test"][0] == "refused"
     assert summary.probes == len(names)
-    # each failed probe still keeps its qlog, ingested and joined
+    # each failed probe still keeps its qlog, ingested and joined; the classifier agrees
     assert con.execute("SELECT count(*) FROM probes WHERE connection_id IS NULL").fetchall() == [(0,)]
+    classes = dict(((d, (k, r)) for d, k, r in con.execute(
+        "SELECT p.domain, c.handshake_class, c.handshake_reason FROM probes p JOIN connections c "
+        "USING (connection_id)").fetchall()))
+    assert classes["alert.test"] == ("failed", "tls_alert")
+    assert classes["close.test"] == ("failed", "connection_close_by_server")
+    assert classes["vn.test"] == ("version_negotiation", "version_negotiation")
+    assert classes["retry.test"][0] == "wfc"  # the attempt after the Retry
 
 
 def test_private_addresses_are_refused_without_allow_private(tmp_path, servers):
