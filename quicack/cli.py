@@ -229,19 +229,27 @@ def demo(db, quiet):
                + ", ".join(f"{k} {v}" for k, v in result.outcomes.items()))
     with Store(db, read_only=True) as store:
         servers = firstflight.per_server(store.con, result.run_id)
-    click.echo("first server Initial as the scanner received it, per server (medians):")
-    click.echo(f"  {'server':<18} {'behaviour':<44} {'probes':>6}  {'first Initial':<14} "
-               f"{'ACK→SH gap':>10}  {'first ACK':>9}")
+    click.echo("first server Initial as the scanner received it, per server (most common; medians):")
+    click.echo(f"  {'server':<18} {'behaviour':<47} {'probes':>6}  {'first Initial':<14} "
+               f"{'class':<10} {'ACK→SH gap':>10}  {'first ACK':>9}")
     for row in servers:
         spec = specs.get(row["server"])
         what = (f"{spec.mode}, cert delay {spec.cert_delay_ms:g} ms, extra delay "
                 f"{spec.extra_delay_ms:g} ms") if spec else "?"
         gap = "" if row["gap_ms"] is None else f"{row['gap_ms']:.1f} ms"
         ack = "" if row["first_ack_ms"] is None else f"{row['first_ack_ms']:.1f} ms"
-        click.echo(f"  {row['server']:<18} {what:<44} {row['probes']:>6}  "
-                   f"{row['first_frames']:<14} {gap:>10}  {ack:>9}")
+        click.echo(f"  {row['server']:<18} {what:<47} {row['probes']:>6}  "
+                   f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
     click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
                f"qlog and TLS keys: {result.out_dir}")
+    out = Path("reports") / (Path(db).stem + ".html")
+    try:
+        with Store(db, read_only=True) as store:
+            written = report_module.write_report(store, out, now=datetime.now().astimezone(),
+                                                 max_connections=report_module.DEFAULT_MAX_CONNECTIONS)
+    except QuicackError as e:
+        _fail(e)
+    click.echo(f"report: {out} ({written.figures} plots, {written.connections} connections)")
     sys.exit(1 if summary.count("refused") or result.ingest_failures else 0)
 
 

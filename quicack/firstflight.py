@@ -3,8 +3,8 @@
 Theory of operation: a probe's client qlog, once ingested, holds the server's Initial packets
 as the client received them (kernel receive times).  Per probe: the frames of the first server
 Initial, the time of the first one carrying an ACK and of the first carrying CRYPTO (the
-ServerHello), and their difference.  These are measurements, not a classification (that runs
-inside ingest); the demo and the benchmark print them per server.
+ServerHello), and their difference, next to the class the ingest classifier gave the probe's
+connection (``connections.handshake_class``).  The demo prints them per server.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def per_server(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict]:
     rows = con.execute(f"""
         WITH per_probe AS ({PER_PROBE})
         SELECT pp.address || ':' || pp.port AS server, count(*) AS probes,
-               mode(pp.first_frames) AS first_frames,
+               mode(pp.first_frames) AS first_frames, mode(c.handshake_class) AS handshake_class,
                median(pp.gap_ms) AS gap_ms, median(p.first_ack_ms) AS first_ack_ms
         FROM per_probe pp JOIN probes p USING (run_id, target_index, repetition)
+        LEFT JOIN connections c USING (connection_id)
         GROUP BY ALL ORDER BY server""", {"run": run_id}).fetchall()
-    names = ("server", "probes", "first_frames", "gap_ms", "first_ack_ms")
+    names = ("server", "probes", "first_frames", "handshake_class", "gap_ms", "first_ack_ms")
     return [dict(zip(names, r)) for r in rows]
