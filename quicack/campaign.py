@@ -22,6 +22,17 @@ TIMEOUT_KEYS = {"first_response_s": "first_response_timeout_s", "handshake_s": "
                 "response_s": "response_timeout_s"}
 
 
+def read_toml(path: str | Path) -> dict:
+    """A TOML file as a dict; QuicackError naming the file when it cannot be read or parsed."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise QuicackError(f"cannot read: {e.strerror}", str(path)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise QuicackError(f"not TOML: {e}", str(path)) from None
+
+
 def scanners_dir() -> Path:
     """The reviewed campaign files: shipped inside the package (wheel) or ``scanners/``."""
     from importlib import resources
@@ -37,13 +48,7 @@ def load(path: str | Path) -> dict:
     from .scan import ScanOptions
 
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise QuicackError(f"cannot read: {e.strerror}", str(path)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise QuicackError(f"not TOML: {e}", str(path)) from None
+    doc = read_toml(path)
     known = {f.name for f in fields(ScanOptions)}
     out: dict = {}
     for key, value in doc.items():

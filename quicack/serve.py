@@ -99,15 +99,9 @@ def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
 def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
     ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``."""
-    import tomllib
+    from .campaign import read_toml
 
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise QuicackError(f"cannot read: {e.strerror}", str(path)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise QuicackError(f"not TOML: {e}", str(path)) from None
+    doc = read_toml(path)
     specs = []
     for i, table in enumerate(doc.get("listener", [])):
         listens = table.get("listen")

@@ -6,6 +6,8 @@ frames are read from the store the scan filled (the client's qlog of each probe,
 
 from __future__ import annotations
 
+import statistics
+
 import duckdb
 import pytest
 from click.testing import CliRunner
@@ -78,10 +80,15 @@ def test_each_mode_has_its_first_flight_and_the_iack_gap_is_the_certificate_dela
             assert packets[0][1] == first
             hello = next(t for t, frames in packets if "crypto" in frames)
             gaps.setdefault(name, []).append(hello - packets[0][0])
+            # the server holds the ServerHello 20 ms from receipt: it never arrives earlier than
+            # 20 ms after the client's Initial left
+            assert hello - client_sent[(name, rep)] >= 19.0, (name, rep)
     for name, values in gaps.items():
-        # the ServerHello leaves 20 ms after the instant ACK, plus the server's TLS work; on a
-        # busy shared machine one probe may wait longer, so: never early, the best one close
-        assert min(values) >= 19.0 and min(values) <= 20.0 + 10.0 and max(values) < 20.0 + 100.0, (name, values)
+        # ... and sends the ACK at receipt, so the gap is the certificate delay plus the server's
+        # TLS work.  On a busy shared machine the server can be descheduled between receipt and
+        # sending its ACK (shorter gap) or before its ServerHello (longer): the median of three
+        # must be close, every one bounded
+        assert 19.0 <= statistics.median(values) <= 20.0 + 10.0 and max(values) < 20.0 + 100.0, (name, values)
     # the classification that runs inside ingest says the same, joined through probes
     classes = con.execute("""
         SELECT p.domain, p.repetition, c.handshake_class, c.ack_sh_gap_ms
