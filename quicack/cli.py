@@ -366,6 +366,9 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--pcap", type=click.Path(dir_okay=False),
               help="Capture the scan's UDP traffic with dumpcap into this pcapng file.")
 @click.option("--pcap-interface", help="Interface to capture on (default: lo for loopback targets, else any).")
+@click.option("--ingest-during", is_flag=True,
+              help="Ingest qlog files batch by batch while probing (default: once probing ends, "
+                   "so that ingest does not take CPU from the probes).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.pass_context
 def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
@@ -397,6 +400,10 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
                        f"stored; files in {info['out_dir']}", err=True)
 
         def on_progress(p) -> None:
+            if p.phase == "ingesting":
+                bar.update(task, total=p.files_to_ingest, completed=p.files_ingested,
+                           description="ingesting qlog files", rate="")
+                return
             elapsed = max(1e-6, time.monotonic() - started.get("t", time.monotonic()))
             label = "stopping (Ctrl-C again: now)" if p.stopping else "probing"
             bar.update(task, completed=p.done, description=label,

@@ -20,11 +20,14 @@ Theory of operation, one process (``workers = 1``) or several:
   and the rate is shared out.
 - The **writer** (one thread, the only one touching the database) collects results into
   batches: it writes the batch's client traces as one qlog file (aioquic's JSON layout, one
-  trace per probe) and appends the TLS secrets to the run's key log, inserts the probe rows,
-  then ingests the file with :meth:`quicack.store.Store.ingest` — the path of ``quicack
-  analyze`` — which links each probe to its connection.  A scan killed at any moment leaves
-  either no row for a probe (it is probed again) or a row whose file is ingested when the run
-  resumes; the key (run, target, repetition) makes duplicates impossible.
+  trace per probe), appends the TLS secrets to the run's key log and inserts the probe rows.
+- When probing ends (or is interrupted) every qlog file of the run not yet ingested goes
+  through :meth:`quicack.store.Store.ingest` — the path of ``quicack analyze``, classification
+  and replay included — which links each probe to its connection.  (Ingest costs far more CPU
+  than a probe; doing it during the scan would take cores from the probes and bend their timing.
+  ``ingest_during`` does it batch by batch instead.)  A scan killed at any moment leaves either
+  no row for a probe (it is probed again) or a row whose file is ingested when the run resumes;
+  the key (run, target, repetition) makes duplicates impossible.
 """
 
 from __future__ import annotations
@@ -88,6 +91,10 @@ class ScanOptions:
     pcap_interface: str | None = None
     batch_size: int = 200
     batch_age_s: float = 2.0
+    #: ingest each batch's qlog file while probing (probes join connections as the scan goes);
+    #: by default the files are ingested once probing ends, so that ingest (classification and
+    #: replay included) does not take CPU from the probes and bend their timing
+    ingest_during: bool = False
 
     def shard_text(self) -> str:
         return f"{self.shard[0]}/{self.shard[1]}" if self.shard else ""
@@ -108,6 +115,9 @@ class Progress:
     ingested: int = 0
     outcomes: dict = field(default_factory=dict)
     stopping: bool = False
+    phase: str = "probing"  # then 'ingesting'
+    files_ingested: int = 0
+    files_to_ingest: int = 0
     #: CPU seconds the writer thread spent on files, rows and ingest (the rest is probing)
     writer_cpu_s: float = 0.0
     #: with worker processes: CPU seconds they spent probing, and starting up
@@ -546,7 +556,7 @@ class Writer(threading.Thread):
             con.execute("ROLLBACK")
             raise
         self.backlog -= len(batch)
-        if qlog_path is not None:
+        if qlog_path is not None and self.opts.ingest_during:
             result = self.store.ingest(qlog_path)
             if result.status == "refused":
                 self.failures.append(result.error or str(qlog_path))
@@ -766,11 +776,6 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
             repetitions=opts.repetitions, arguments=opts.record(), host=socket.gethostname(),
             versions=versions(), output_dir=str(out_dir),
             pcap_path=str(pcap_path) if pcap_path else None)
-        failures = []
-        for path in scanstore.unlinked_files(store.con, run_id):  # killed before ingest
-            result = store.ingest(path)
-            if result.status == "refused":
-                failures.append(result.error)
         stored = store.con.execute("SELECT count(*) FROM probes WHERE run_id = ?",
                                    [run_id]).fetchall()[0][0]
         progress = Progress(total=total_targets * opts.repetitions, done=stored)
@@ -790,12 +795,31 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
         finally:
             if cap is not None:
                 cap.stop()
-        failures += getattr(progress, "failures", [])
+        failures = list(progress.failures) + _ingest_pending(store, run_id, progress, on_progress)
         if not interrupted:
             scanstore.finish_run(store.con, run_id)
         outcomes = scanstore.outcome_counts(store.con, run_id)
     return ScanSummary(run_id, run_name, resumed, str(out_dir), sum(outcomes.values()), outcomes,
                        failures, interrupted, str(pcap_path) if pcap_path else None)
+
+
+def _ingest_pending(store: Store, run_id: int, progress: Progress,
+                    on_progress: Callable[[Progress], None] | None) -> list[str]:
+    """Ingest every qlog file of the run whose probes are not linked yet (this scan's, or those
+    of a scan killed before it got there); return the errors of refused files."""
+    pending = scanstore.unlinked_files(store.con, run_id)
+    progress.phase, progress.files_to_ingest, progress.files_ingested = "ingesting", len(pending), 0
+    failures = []
+    for path in pending:
+        if on_progress:
+            on_progress(progress)
+        result = store.ingest(path)
+        if result.status == "refused":
+            failures.append(result.error or path)
+        progress.files_ingested += 1
+    if on_progress:
+        on_progress(progress)
+    return failures
 
 
 if __name__ == "__main__":  # pragma: no cover
