@@ -114,8 +114,13 @@ def bench_probes(args) -> None:
     with serve.Child(config):
         cap = capture.start(pcap, {port}, "lo")
         progress = {}
+
+        def on_progress(p) -> None:
+            progress["p"] = p
+            if p.phase == "ingesting" and "probed" not in progress:  # probing just ended
+                progress["probed"] = (cpu_s(resource.RUSAGE_SELF), time.perf_counter())
         self0, children0, t0 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN), time.perf_counter()
-        summary = scan.scan(opts, on_progress=lambda p: progress.update(p=p))
+        summary = scan.scan(opts, on_progress=on_progress)
         wall = time.perf_counter() - t0
         self1, children1 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
         cap.stop()
@@ -148,10 +153,15 @@ def bench_probes(args) -> None:
     print(f"wall {wall:.1f} s → {n / wall:.0f} probes/s (scan start to end: listing, probing, "
           f"writing, ingest)")
     p = progress["p"]
-    print(f"scanner CPU per probe: {1000 * (workers_cpu + parent_cpu) / n:.2f} ms in all "
-          f"(servers and dumpcap excluded) — probing {1000 * p.worker_cpu_s / n:.2f} ms "
-          f"(+ worker start-up {1000 * (workers_cpu - p.worker_cpu_s) / n:.2f} ms), parent "
-          f"(dispatch, qlog files, rows, DuckDB ingest) {1000 * parent_cpu / n:.2f} ms")
+    parent_probing_cpu = progress["probed"][0] - self0
+    probing_wall = progress["probed"][1] - t0
+    print(f"probing phase: {probing_wall:.1f} s → {n / probing_wall:.0f} probes/s; then ingest "
+          f"(classification, replay) {wall - probing_wall:.1f} s")
+    print(f"scanner CPU per probe while probing: {1000 * (p.worker_cpu_s + parent_probing_cpu) / n:.2f} ms "
+          f"— probes in the workers {1000 * p.worker_cpu_s / n:.2f} ms, parent (dispatch, qlog files, "
+          f"rows) {1000 * parent_probing_cpu / n:.2f} ms; plus worker start-up "
+          f"{1000 * (workers_cpu - p.worker_cpu_s) / n:.2f} ms and ingest "
+          f"{1000 * (parent_cpu - parent_probing_cpu) / n:.2f} ms (servers and dumpcap excluded)")
     print(f"gap error |scanner − capture| ms: {quantiles(errors)}")
     print(f"gap error |qlog in store − capture| ms: {quantiles(qlog_errors)}")
     print(f"event-loop lag (kernel receive → processing) ms: {quantiles(lags)}")

@@ -196,3 +196,28 @@ def test_cold_then_warm_schedule(tmp_path, servers):
     # warm probes follow the previous one at once (the 5 s spacing does not apply)
     for before, after in zip(rows, rows[1:]):
         assert after[2] - (before[2] + before[3]) < 1000.0
+
+
+def test_scan_and_serve_usage_errors_are_one_line(tmp_path):
+    db = str(tmp_path / "e.duckdb")
+    missing = CliRunner().invoke(main, ["scan", str(tmp_path / "none.txt"), "--db", db])
+    assert (missing.exit_code, missing.output) == (1, f"error: {tmp_path / 'none.txt'}: no such list\n")
+    listing = tmp_path / "l.txt"
+    listing.write_text("a.test\n")
+    shard = CliRunner().invoke(main, ["scan", str(listing), "--db", db, "--shard", "3/2"])
+    assert (shard.exit_code, shard.output) == (1, "error: --shard expects K/N with 1 ≤ K ≤ N, got '3/2'\n")
+    bad = CliRunner().invoke(main, ["serve", "--listen", "127.0.0.1:99999"])
+    assert (bad.exit_code, bad.output) == (1, "error: not an address: '127.0.0.1:99999' (expected IP[:PORT])\n")
+
+
+def test_resuming_a_run_with_another_list_is_refused(tmp_path):
+    listing = tmp_path / "l.txt"
+    listing.write_text("10.0.0.1\n")
+    db = str(tmp_path / "r.duckdb")
+    first = CliRunner().invoke(main, ["scan", str(listing), "--db", db, "-n", "1"])
+    assert first.exit_code == 0, first.output  # a private address: refused, no traffic
+    listing.write_text("10.0.0.1\n10.0.0.2\n")
+    again = CliRunner().invoke(main, ["scan", str(listing), "--db", db, "-n", "1"])
+    assert again.exit_code == 1
+    assert again.output == ("error: run 'l' exists with other list_sha256; resume it with the same "
+                            "list and options, or choose another --run\n")
