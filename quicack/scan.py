@@ -765,8 +765,8 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
         targets.read_hosts(opts.hosts_file)  # errors before anything is written
     if opts.exclude_file:
         targets.Exclusions.read(opts.exclude_file)
-    out_dir = Path(opts.out_dir) if opts.out_dir else default_out_dir(opts.db, run_name, shard)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = (Path(opts.out_dir) if opts.out_dir else default_out_dir(opts.db, run_name, shard)).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)  # absolute: probes name their files from anywhere
     pcap_path = Path(opts.pcap) if opts.pcap else None
     run_tag = cidtag.run_tag(run_name, shard)
     with Store(opts.db) as store:
