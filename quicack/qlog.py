@@ -143,7 +143,7 @@ def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
 
 def describe_trace(header: dict, trace: dict, index: int, first_time: float | None = None) -> TraceInfo:
     """Decide how to read one trace.  ``first_time`` is the first event's raw time, if known."""
-    version = generation(header)
+    generation(header)  # refuses what is not qlog
     common = trace.get("common_fields") or {}
     config = trace.get("configuration") or {}
     vantage_point = trace.get("vantage_point") or header.get("vantage_point") or {}

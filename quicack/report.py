@@ -12,30 +12,21 @@ escaped (plotly's encoder does that), so nothing from a server can end a script 
 
 from __future__ import annotations
 
-import html
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import plotly.graph_objects as go
-import plotly.offline
 import polars as pl
 
-from . import ackpolicy
+from . import ackpolicy, scanreport
+from .htmlpage import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc
 from .store import Store
 
 #: Per-connection sections at most (they are the large part of a report).
 DEFAULT_MAX_CONNECTIONS = 12
 #: Packets drawn in a handshake sequence diagram.
 SEQUENCE_PACKETS = 36
-#: Points of a CDF.
-CDF_POINTS = 101
-CLASS_ORDER = ["iack", "iack_ping", "wfc", "sh_before_ack", "no_ack", "retry", "version_negotiation",
-               "failed", "unknown"]
-CLASS_COLOURS = {"iack": "#1b9e77", "iack_ping": "#66a61e", "wfc": "#d95f02", "sh_before_ack": "#7570b3",
-                 "no_ack": "#e7298a", "retry": "#a6761d", "version_negotiation": "#e6ab02",
-                 "failed": "#666666", "unknown": "#bbbbbb"}
 
 
 @dataclass
@@ -46,94 +37,18 @@ class Report:
     connections: int = 0
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-class _Page:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.toc: list[tuple[str, str, int]] = []
-        self.figures = 0
-
-    def section(self, anchor: str, title: str, level: int = 2) -> None:
-        self.toc.append((anchor, title, level))
-        self.parts.append(f'<h{level} id="{esc(anchor)}">{esc(title)}</h{level}>')
-
-    def text(self, paragraph: str) -> None:
-        self.parts.append(f"<p>{paragraph}</p>")
-
-    def table(self, frame: pl.DataFrame, links: dict[int, str] | None = None, link_column: str | None = None) -> None:
-        if frame.height == 0:
-            self.parts.append("<p class=empty>none</p>")
-            return
-        head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
-        body = []
-        for row in frame.iter_rows(named=True):
-            cells = []
-            for column, value in row.items():
-                shown = _fmt(value)
-                if links and column == link_column and value in links:
-                    shown = f'<a href="#{esc(links[value])}">{shown}</a>'
-                cells.append(f"<td>{shown}</td>")
-            body.append("<tr>" + "".join(cells) + "</tr>")
-        self.parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
-
-    def figure(self, fig: go.Figure, height: int = 360) -> None:
-        self.figures += 1
-        fig.update_layout(template="none", height=height, margin=dict(l=60, r=20, t=40, b=50),
-                          font=dict(family="system-ui, sans-serif", size=12))
-        div = f"fig{self.figures}"
-        self.parts.append(f'<div class="plot" id="{div}" data-traces="{len(fig.data)}"></div>'
-                          f"<script>(function(f){{Plotly.newPlot({json.dumps(div)}, f.data, f.layout, "
-                          f"{{responsive: true, displaylogo: false}});}})({fig.to_json()});</script>")
-
-    def render(self, title: str, subtitle: str) -> str:
-        toc = "".join(f'<li class="l{level}"><a href="#{esc(a)}">{esc(t)}</a></li>' for a, t, level in self.toc)
-        return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
-                f"<style>{_CSS}</style><script>{plotly.offline.get_plotlyjs()}</script></head><body>"
-                f"<header><h1>{esc(title)}</h1><p>{subtitle}</p></header>"
-                f"<nav><ul>{toc}</ul></nav><main>{''.join(self.parts)}</main></body></html>")
-
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:0;display:grid;grid-template-columns:16rem 1fr}
-header{grid-column:1/3;background:#223;color:#fff;padding:.5rem 1.5rem}header p{margin:.2rem 0;color:#ccd}
-nav{position:sticky;top:0;align-self:start;max-height:100vh;overflow:auto;padding:1rem;font-size:.85rem}
-nav ul{list-style:none;padding:0}nav li.l3{padding-left:1rem}main{padding:0 1.5rem 3rem;min-width:0}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.2rem .5rem;
-text-align:right}th{background:#eef}td:first-child,th:first-child{text-align:left}.plot{width:100%;max-width:70rem}
-p.empty{color:#888}"""
-
-
-def _display(value) -> str:
-    """A cell's text (not yet escaped)."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
-def _fmt(value) -> str:
-    return esc(_display(value))
-
-
-def _has_table(store: Store, name: str) -> bool:
-    return bool(store.con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])
-
-
 # --- the report ------------------------------------------------------------------------------------
 
 def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "quicack report",
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Report:
     """Write the report of ``store`` to ``out`` (folders created); ``now`` stamps it."""
     out = Path(out)
-    page = _Page()
+    page = Page()
     report = Report(out)
     _overview(store, page)
     _handshakes(store, page)
+    if scanreport.has_probes(store):
+        scanreport.scan_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)
@@ -146,7 +61,7 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
     return report
 
 
-def _overview(store: Store, page: _Page) -> None:
+def _overview(store: Store, page: Page) -> None:
     page.section("overview", "Overview")
     page.table(store.sql("""SELECT vantage, implementation, count(*) AS connections,
             sum(CASE WHEN handshake_class IN ('iack', 'iack_ping') THEN 1 ELSE 0 END) AS iack,
@@ -156,7 +71,7 @@ def _overview(store: Store, page: _Page) -> None:
         FROM connections GROUP BY ALL ORDER BY connections DESC, vantage, implementation"""))
 
 
-def _handshakes(store: Store, page: _Page) -> None:
+def _handshakes(store: Store, page: Page) -> None:
     page.section("handshakes", "Handshakes: instant ACK or wait for the certificate")
     page.text("Class of each connection's handshake as its vantage point saw it (see "
               "<code>schemas/README.md</code>): <b>iack</b> — the server acknowledged the client's "
@@ -182,19 +97,19 @@ def _handshakes(store: Store, page: _Page) -> None:
             median(first_rtt_sample_ms) AS median_first_sample_ms, median(first_pto_ms) AS median_first_pto_ms,
             median(counterfactual_first_pto_ms) AS median_counterfactual_pto_ms
         FROM connections GROUP BY ALL ORDER BY connections DESC, class, reason"""))
-    gaps = _cdf(store, "ack_sh_gap_ms", "handshake_class IN ('iack', 'iack_ping', 'sh_before_ack')", "handshake_class")
+    gaps = cdf(store, "ack_sh_gap_ms", "handshake_class IN ('iack', 'iack_ping', 'sh_before_ack')", "handshake_class")
     if gaps.height:
-        page.figure(_cdf_figure(gaps, "ACK→ServerHello gap (ms)", "CDF of the ACK→ServerHello gap by class"))
-    delays = _cdf(store, "first_ack_delay_ms", "first_ack_delay_ms IS NOT NULL", "implementation")
+        page.figure(cdf_figure(gaps, "ACK→ServerHello gap (ms)", "CDF of the ACK→ServerHello gap by class"))
+    delays = cdf(store, "first_ack_delay_ms", "first_ack_delay_ms IS NOT NULL", "implementation")
     if delays.height:
-        page.figure(_cdf_figure(delays, "first ACK delay (ms)", "First ACK delay reported by the server, by implementation"))
-    change = _cdf(store, "counterfactual_first_pto_ms - first_pto_ms",
+        page.figure(cdf_figure(delays, "first ACK delay (ms)", "First ACK delay reported by the server, by implementation"))
+    change = cdf(store, "counterfactual_first_pto_ms - first_pto_ms",
                   "counterfactual_first_pto_ms IS NOT NULL", "handshake_class")
     if change.height:
         page.text("Counterfactual first PTO: for <b>iack</b> connections what the client's first PTO "
                   "would have been with WFC (a positive change is what the instant ACK saved); for "
                   "<b>wfc</b> what it would have been with an instant ACK (negative: what waiting cost).")
-        page.figure(_cdf_figure(change, "counterfactual − actual first PTO (ms)",
+        page.figure(cdf_figure(change, "counterfactual − actual first PTO (ms)",
                                 "First PTO under the other server behaviour"))
     tps = store.sql("""SELECT implementation, server_max_ack_delay_ms, server_ack_delay_exponent,
                               ack_frequency_supported, count(*) AS connections
@@ -203,25 +118,6 @@ def _handshakes(store: Store, page: _Page) -> None:
     if tps.height:
         page.section("transport-parameters", "Server transport parameters", 3)
         page.table(tps)
-
-
-def _cdf(store: Store, expr: str, where: str, group: str) -> pl.DataFrame:
-    """Quantiles (CDF_POINTS) of ``expr`` per ``group``, computed in DuckDB."""
-    qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
-    return store.sql(f"""SELECT g, unnest(quantile_cont(v, {qs})) AS value, unnest({qs}) AS p, any_value(n) AS n
-        FROM (SELECT {group} AS g, ({expr}) AS v, count(*) OVER (PARTITION BY {group}) AS n
-              FROM connections WHERE {where} AND ({expr}) IS NOT NULL)
-        GROUP BY g ORDER BY g""")
-
-
-def _cdf_figure(frame: pl.DataFrame, x_title: str, title: str) -> go.Figure:
-    fig = go.Figure()
-    for (group,), part in frame.group_by(["g"], maintain_order=True):
-        n = part["n"][0]
-        fig.add_scatter(x=part["value"].to_list(), y=part["p"].to_list(), mode="lines",
-                        name=f"{esc(group)} (n={n})", line=dict(color=CLASS_COLOURS.get(str(group)), shape="hv"))
-    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title="fraction of connections")
-    return fig
 
 
 # --- ACK policy -------------------------------------------------------------------------------------
@@ -240,7 +136,7 @@ def _policy_packets(store: Store, cid: int) -> pl.DataFrame:
         WHERE p.connection_id = $cid ORDER BY p.event_index""", {"cid": cid})
 
 
-def _ack_policy(store: Store, page: _Page) -> None:
+def _ack_policy(store: Store, page: Page) -> None:
     transfers = store.sql(f"""SELECT connection_id, vantage, implementation, count(*) AS packets
         FROM packets JOIN connections USING (connection_id)
         GROUP BY ALL HAVING count(*) >= {TRANSFER_MIN_PACKETS}
@@ -300,7 +196,7 @@ def _ack_policy(store: Store, page: _Page) -> None:
 
 # --- per connection ---------------------------------------------------------------------------------
 
-def _connections(store: Store, page: _Page, limit: int) -> int:
+def _connections(store: Store, page: Page, limit: int) -> int:
     """A bounded number of connections: the classes mixed (round robin), most samples first."""
     chosen = store.sql(f"""SELECT connection_id FROM (
             SELECT connection_id, row_number() OVER (PARTITION BY handshake_class
@@ -322,7 +218,7 @@ def _connections(store: Store, page: _Page, limit: int) -> int:
     return len(chosen)
 
 
-def _connection(store: Store, page: _Page, cid: int) -> None:
+def _connection(store: Store, page: Page, cid: int) -> None:
     info = store.sql("SELECT * FROM connections WHERE connection_id = $cid", {"cid": cid}).row(0, named=True)
     page.section(f"conn-{cid}", f"Connection {cid}: {info['vantage']} view, {info['implementation']}, "
                                 f"{info['handshake_class']}", 3)
@@ -331,7 +227,7 @@ def _connection(store: Store, page: _Page, cid: int) -> None:
                                   "server_hello_ms", "handshake_complete_ms", "first_response_byte_ms",
                                   "first_rtt_sample_ms", "first_pto_ms", "counterfactual_first_pto_ms",
                                   "server_max_ack_delay_ms")}
-    page.table(pl.DataFrame({"figure": list(facts), "value": [_display(v) for v in facts.values()]}))
+    page.table(pl.DataFrame({"figure": list(facts), "value": [display(v) for v in facts.values()]}))
     fig = _sequence_figure(store, cid, info)
     if fig is not None:
         page.figure(fig, height=fig.layout.height)
