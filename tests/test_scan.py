@@ -58,7 +58,8 @@ def first_server_initials(con) -> dict:
 
 
 def test_each_mode_has_its_first_flight_and_the_iack_gap_is_the_certificate_delay(tmp_path, servers):
-    summary, con = run_scan(tmp_path, servers, NAMES[:4], repetitions=3)
+    # one probe at a time, so that the server's own load does not add to the gap
+    summary, con = run_scan(tmp_path, servers, NAMES[:4], repetitions=3, concurrency=1)
     assert summary.outcomes == {"ok": 12}
     # every probe joins its client connection right after the scan
     joined = con.execute("SELECT count(*) FROM probes p JOIN connections c USING (connection_id) "
@@ -87,8 +88,9 @@ def test_each_mode_has_its_first_flight_and_the_iack_gap_is_the_certificate_dela
         # ... and sends the ACK at receipt, so the gap is the certificate delay plus the server's
         # TLS work.  On a busy shared machine the server can be descheduled between receipt and
         # sending its ACK (shorter gap) or before its ServerHello (longer): the median of three
-        # must be close, every one bounded
-        assert 19.0 <= statistics.median(values) <= 20.0 + 10.0 and max(values) < 20.0 + 100.0, (name, values)
+        # must be close, the best one closer, every one bounded
+        assert 15.0 <= statistics.median(values) <= 20.0 + 15.0, (name, values)
+        assert min(values) <= 20.0 + 10.0 and max(values) < 20.0 + 100.0, (name, values)
     # the classification that runs inside ingest says the same, joined through probes
     classes = con.execute("""
         SELECT p.domain, p.repetition, c.handshake_class, c.ack_sh_gap_ms
