@@ -65,30 +65,40 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return best
 
 
-def capture_gaps(pcap: Path, keylog: Path, port: int) -> dict[tuple[int, int], float]:
-    """(target_index, repetition) → gap in ms seen on the wire."""
+def capture_gaps(pcap: Path, keylog: Path, port: int) -> tuple[dict, dict]:
+    """From the wire, per (target_index, repetition): the ACK→ServerHello gap (ms) and the
+    server's turnaround, first client Initial → first server Initial carrying an ACK (ms)."""
     out = subprocess.run(
         ["tshark", "-r", str(pcap), "-n", "-o", f"tls.keylog_file:{keylog}",
-         "-d", f"udp.port=={port},quic", "-Y", f"udp.srcport=={port}", "-T", "fields",
-         "-e", "frame.time_epoch", "-e", "quic.dcid", "-e", "quic.long.packet_type",
-         "-e", "quic.frame_type"], capture_output=True, text=True, check=True).stdout
+         "-d", f"udp.port=={port},quic", "-Y", f"udp.port=={port}", "-T", "fields",
+         "-e", "frame.time_epoch", "-e", "udp.srcport", "-e", "quic.dcid", "-e", "quic.scid",
+         "-e", "quic.long.packet_type", "-e", "quic.frame_type"],
+        capture_output=True, text=True, check=True).stdout
     first_ack: dict = {}
     first_hello: dict = {}
+    first_client: dict = {}
     for line in out.splitlines():
-        t, dcids, types, frames = (line.split("\t") + ["", "", "", ""])[:4]
-        if not dcids:
+        t, source_port, dcids, scids, types, frames = (line.split("\t") + [""] * 6)[:6]
+        from_server = source_port == str(port)
+        cids = dcids if from_server else scids
+        if not cids:
             continue
-        tag = cidtag.decode(dcids.split(",")[0])
+        tag = cidtag.decode(cids.split(",")[0])
         if tag is None or "0" not in types.split(","):
             continue
         key = (tag[1], tag[2])
-        frame_types = set(frames.split(","))
         when = float(t) * 1000.0
+        if not from_server:
+            first_client.setdefault(key, when)
+            continue
+        frame_types = set(frames.split(","))
         if frame_types & {"2", "3"} and key not in first_ack:
             first_ack[key] = when
         if "6" in frame_types and key not in first_hello:
             first_hello[key] = when
-    return {k: first_hello[k] - first_ack[k] for k in first_ack if k in first_hello}
+    gaps = {k: first_hello[k] - first_ack[k] for k in first_ack if k in first_hello}
+    turnaround = {k: first_ack[k] - first_client[k] for k in first_ack if k in first_client}
+    return gaps, turnaround
 
 
 def bench_probes(args) -> None:
@@ -139,7 +149,7 @@ def bench_probes(args) -> None:
             WHERE k.sender = 'server' AND k.packet_type = 'initial' GROUP BY ALL)
         SELECT target_index, repetition, min(time_ms) FILTER (WHERE c) - min(time_ms) FILTER (WHERE a)
         FROM x GROUP BY ALL""").fetchall())
-    wire = capture_gaps(pcap, Path(summary.out_dir) / "sslkeylog.txt", port)
+    wire, turnaround = capture_gaps(pcap, Path(summary.out_dir) / "sslkeylog.txt", port)
     errors, qlog_errors, lags = [], [], []
     for t, r, ack, hello, lag, *_ in rows:
         lags.append(lag)
@@ -159,12 +169,16 @@ def bench_probes(args) -> None:
           f"(classification, replay) {wall - probing_wall:.1f} s")
     print(f"scanner CPU per probe while probing: {1000 * (p.worker_cpu_s + parent_probing_cpu) / n:.2f} ms "
           f"— probes in the workers {1000 * p.worker_cpu_s / n:.2f} ms, parent (dispatch, qlog files, "
-          f"rows) {1000 * parent_probing_cpu / n:.2f} ms; plus worker start-up "
+          f"rows; with --workers 1 the probes too) {1000 * parent_probing_cpu / n:.2f} ms; plus child "
+          f"start-up (workers, tshark -v) "
           f"{1000 * (workers_cpu - p.worker_cpu_s) / n:.2f} ms and ingest "
           f"{1000 * (parent_cpu - parent_probing_cpu) / n:.2f} ms (servers and dumpcap excluded)")
     print(f"gap error |scanner − capture| ms: {quantiles(errors)}")
     print(f"gap error |qlog in store − capture| ms: {quantiles(qlog_errors)}")
     print(f"event-loop lag (kernel receive → processing) ms: {quantiles(lags)}")
+    print(f"server turnaround on the wire, client Initial → instant ACK (minus the "
+          f"{args.extra_delay_ms:g} ms extra delay) ms: "
+          f"{quantiles([v - args.extra_delay_ms for v in turnaround.values()])}")
     print(f"(folder {tmp})")
 
 

@@ -264,6 +264,7 @@ class Probe:
         self.h3: H3Connection | None = None
         self.sock: socket.socket | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: float | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.phase = "first_response"
         self.t0 = 0.0  # loop time of the first datagram sent
@@ -386,15 +387,19 @@ class Probe:
             except OSError as e:
                 self._finish("error", reason=f"send: {e.strerror or e}")
                 return
+        at = quic.get_timer()
+        if self.timer is not None and self.timer_at == at:
+            return  # already armed for that time
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        at = quic.get_timer()
+        self.timer_at = at
         if at is not None:
             self.timer = self.loop.call_at(at, self._on_timer, at)
 
     def _on_timer(self, at: float) -> None:
         self.timer = None
+        self.timer_at = None
         now = max(at, self.loop.time())
         self.quic.handle_timer(now=now)
         self._after_io()

@@ -7,7 +7,10 @@ a clock we set, so times and frames are exact.  Expected values come from the co
 
 from __future__ import annotations
 
+import socket
 import ssl
+import threading
+import time
 
 import pytest
 from aioquic.h3.connection import H3_ALPN
@@ -151,3 +154,33 @@ def test_listener_configuration_errors_name_the_file(tmp_path):
     bad.write_text('[[listener]]\nlisten = "localhost:4433"\n')
     with pytest.raises(QuicackError, match="not an address: 'localhost:4433'"):
         serve.load_config(bad)
+
+
+def test_the_server_counts_ack_delay_from_the_kernel_receive_time(tmp_path):
+    """A ClientHello that waits in the listener's socket buffer while its event loop is busy is
+    ACKed with that wait in the ACK Delay (RFC 9000 §13.2.5: from when the packet was received),
+    not from when Python got to it."""
+    from servers import free_udp_port
+
+    port = free_udp_port()
+    spec = serve.ListenerSpec("127.0.0.1", port, mode="iack", cert_delay_ms=5)
+    with serve.Background([spec]) as background:
+        client, _ = pair("iack")
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.settimeout(5)
+        blocked = threading.Event()
+
+        def block_the_loop():
+            blocked.set()
+            time.sleep(0.060)
+
+        background._loop.call_soon_threadsafe(block_the_loop)
+        blocked.wait(5)
+        for data, _ in client.datagrams_to_send(0.0):
+            udp.sendto(data, ("127.0.0.1", port))
+        reply, _ = udp.recvfrom(2048)
+        client.receive_datagram(reply, SERVER, now=0.1)
+    received = [e for e in client._quic_logger._events if e["name"] == "transport:packet_received"]
+    ack = next(f for f in received[0]["data"]["frames"] if f["frame_type"] == "ack")
+    # the Initial arrived ~60 ms before the blocked loop read it; ACK Delay (exponent 3) says so
+    assert 40.0 <= ack["ack_delay"] <= 1000.0
