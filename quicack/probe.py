@@ -308,7 +308,6 @@ class Probe:
     # --- I/O -------------------------------------------------------------------------------
 
     def _readable(self) -> None:
-        quic = self.quic
         while True:
             try:
                 data, anc, _flags, _addr = self.sock.recvmsg(65536, 64)

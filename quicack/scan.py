@@ -821,6 +821,3 @@ def _ingest_pending(store: Store, run_id: int, progress: Progress,
         on_progress(progress)
     return failures
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: quicack scan")

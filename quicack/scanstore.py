@@ -87,9 +87,12 @@ def insert_probes(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
     columns = {c: [r.get(c) for r in rows] for c in PROBE_COLUMNS}
     columns["server_transport_parameters"] = [
         None if v is None else json.dumps(v) for v in columns["server_transport_parameters"]]
-    batch = pa.Table.from_pydict(columns)  # noqa: F841  (read by DuckDB by name)
-    con.execute(f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) "
-                f"SELECT {', '.join(PROBE_COLUMNS)} FROM batch")
+    con.register("probe_batch", pa.Table.from_pydict(columns))
+    try:
+        con.execute(f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) "
+                    f"SELECT {', '.join(PROBE_COLUMNS)} FROM probe_batch")
+    finally:
+        con.unregister("probe_batch")
     return len(rows)
 
 

@@ -91,4 +91,4 @@ def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypat
     assert " iack_ping " in lines["127.0.0.107:14433"]
     assert " wfc  " in lines["127.0.0.101:14433"] and " wfc  " in lines["127.0.0.110:14433"]
     report = tmp_path / "reports" / "demo.html"
-    assert f"report: reports/demo.html (" in result.output and report.stat().st_size > 10_000
+    assert "report: reports/demo.html (" in result.output and report.stat().st_size > 10_000
