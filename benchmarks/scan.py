@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 import duckdb  # noqa: E402
 
-from quicack import capture, cidtag, scan, serve  # noqa: E402
+from quicack import cidtag, dumpcap, scan, serve  # noqa: E402
 
 
 def cpu_s(who: int) -> float:
@@ -121,7 +121,7 @@ def bench_probes(args) -> None:
                             response_timeout_s=10, batch_size=500)
     pcap = tmp / "scan.pcapng"
     with serve.Child(config):
-        cap = capture.start(pcap, {port}, "lo")
+        cap = dumpcap.start(pcap, {port}, "lo")
         progress = {}
 
         def on_progress(p) -> None:

@@ -60,18 +60,9 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = hs.{col}' for col in _HANDSHAKE_COLUMNS)}
         FROM hs WHERE c.connection_id = hs.connection_id""")
     _fill_sql_figures(con, first_connection_id)
+    _distrust_gso_captures(con, first_connection_id)
 
-    replays = []
-    for cid in ids:
-        view = _replay_view(con, cid)
-        if view is None:
-            continue
-        endpoint, is_client, pto_observable = view
-        result = recovery.replay(_replay_events(con, cid, endpoint), is_client=is_client,
-                                 pto_observable=pto_observable, sent=_sent_log(con, cid, endpoint))
-        _insert_samples(con, cid, result)
-        replays.append((cid, endpoint, result, handshakes.get(cid)))
-    _update_replay_columns(con, replays)
+    _update_replay_columns(con, _replay_all(con, first_connection_id, handshakes))
     con.execute("DROP TABLE IF EXISTS hs")
 
 
@@ -187,99 +178,167 @@ def _fill_sql_figures(con, first_id: int) -> None:
                 [first_id])
 
 
+def _distrust_gso_captures(con, first_id: int) -> None:
+    """A capture whose UDP GSO super-frames (several datagrams tshark saw as one and could not
+    split or decrypt) come before the ServerHello may hide the real first flight: its class is
+    ``unknown`` (reason ``gso_superframes``), with what the visible packets said kept in the notes."""
+    con.execute("""UPDATE connections c SET handshake_class = 'unknown', handshake_reason = 'gso_superframes',
+            handshake_notes = list_append(coalesce(c.handshake_notes, []), 'visible_packets_say_' || c.handshake_class)
+        WHERE c.connection_id >= $first AND c.handshake_class <> 'unknown' AND EXISTS (
+            SELECT 1 FROM capture_issues i WHERE i.connection_id = c.connection_id AND i.kind = 'gso_superframe'
+              AND (c.server_hello_event_index IS NULL OR i.epoch_ms <= (
+                   SELECT p.epoch_ms FROM packets p WHERE p.connection_id = c.connection_id
+                     AND p.event_index = c.server_hello_event_index)))""", {"first": first_id})
+
+
 # --- RFC 9002 replay ------------------------------------------------------------------------------
+# All new connections at once: a handful of statements per file, not per connection (a scan's
+# batch holds thousands of small connections).  Temp table ``rv`` says whose view each replays.
 
-def _replay_view(con, cid: int) -> tuple[str, bool, bool] | None:
-    """(endpoint replayed, is it the client, does the trace show PTO expiries) or None."""
-    found = con.execute("""SELECT vantage, flow,
-            EXISTS (SELECT 1 FROM timers t WHERE t.connection_id = c.connection_id)
-            OR EXISTS (SELECT 1 FROM lost_packets l WHERE l.connection_id = c.connection_id
-                       AND lower(l.trigger) LIKE '%pto%')
-        FROM connections c WHERE connection_id = ?""", [cid]).fetchall()
-    if not found:
-        return None
-    vantage, flow, pto_observable = found[0]
-    if vantage in ("client", "server"):
-        endpoint = vantage
-    elif vantage == "network":
-        endpoint = flow if flow in ("client", "server") else "client"
-    else:
-        return None
-    return endpoint, endpoint == "client", bool(pto_observable)
-
+_VIEWS_SQL = """
+    CREATE OR REPLACE TEMP TABLE rv AS
+    SELECT connection_id,
+           CASE WHEN vantage IN ('client', 'server') THEN vantage
+                WHEN flow IN ('client', 'server') THEN flow ELSE 'client' END AS me,
+           EXISTS (SELECT 1 FROM timers t WHERE t.connection_id = c.connection_id)
+           OR EXISTS (SELECT 1 FROM lost_packets l WHERE l.connection_id = c.connection_id
+                      AND lower(l.trigger) LIKE '%pto%') AS pto_observable
+    FROM connections c WHERE connection_id >= $first AND vantage IN ('client', 'server', 'network')
+"""
 
 _SENT_SQL = """
-    SELECT packet_number_space, packet_number, time_ms, coalesce(ack_eliciting, true), event_index
-    FROM packets WHERE connection_id = $cid AND sender = $me AND packet_number IS NOT NULL
-                   AND packet_number_space IS NOT NULL
-    ORDER BY packet_number_space, packet_number, event_index
+    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
+           coalesce(p.ack_eliciting, true), p.event_index
+    FROM packets p JOIN rv USING (connection_id)
+    WHERE p.connection_id >= $first AND p.sender = rv.me AND p.packet_number IS NOT NULL
+          AND p.packet_number_space IS NOT NULL
+    ORDER BY p.connection_id, p.packet_number_space, p.packet_number, p.event_index
 """
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
-    SELECT f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
+    SELECT f.connection_id, f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
            f.largest_acknowledged AS pn, flatten(f.acked_ranges) AS ranges, f.ack_delay_ms AS value
-    FROM frames f JOIN packets p USING (connection_id, event_index)
-    WHERE f.connection_id = $cid AND f.frame_type = 'ack' AND p.sender <> $me
+    FROM frames f JOIN packets p USING (connection_id, event_index) JOIN rv USING (connection_id)
+    WHERE f.connection_id >= $first AND f.frame_type = 'ack' AND p.sender <> rv.me
           AND p.packet_number_space IS NOT NULL
     UNION ALL
-    SELECT event_index, 2, time_ms, packet_number_space, packet_number, NULL, NULL
-    FROM lost_packets WHERE connection_id = $cid AND packet_number IS NOT NULL AND packet_number_space IS NOT NULL
+    SELECT l.connection_id, l.event_index, 2, l.time_ms, l.packet_number_space, l.packet_number, NULL, NULL
+    FROM lost_packets l JOIN rv USING (connection_id)
+    WHERE l.connection_id >= $first AND l.packet_number IS NOT NULL AND l.packet_number_space IS NOT NULL
     UNION ALL
-    SELECT min(event_index), 3, time_ms, NULL, NULL, NULL, NULL FROM (
-        SELECT event_index, time_ms FROM timers WHERE connection_id = $cid
-               AND lower(coalesce(timer_type, '')) IN ('pto', 'probe') AND lower(event_type) = 'expired'
+    SELECT connection_id, min(event_index), 3, time_ms, NULL, NULL, NULL, NULL FROM (
+        SELECT t.connection_id, t.event_index, t.time_ms FROM timers t JOIN rv USING (connection_id)
+        WHERE t.connection_id >= $first AND lower(coalesce(t.timer_type, '')) IN ('pto', 'probe')
+              AND lower(t.event_type) = 'expired'
         UNION ALL
-        SELECT event_index, time_ms FROM lost_packets WHERE connection_id = $cid AND lower(trigger) LIKE '%pto%'
-               AND NOT EXISTS (SELECT 1 FROM timers WHERE connection_id = $cid)) GROUP BY time_ms
+        SELECT l.connection_id, l.event_index, l.time_ms FROM lost_packets l JOIN rv USING (connection_id)
+        WHERE l.connection_id >= $first AND lower(l.trigger) LIKE '%pto%'
+              AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.connection_id = l.connection_id))
+    GROUP BY connection_id, time_ms
     UNION ALL
     -- RFC 9001 §4.9.1: "a client MUST discard Initial keys when it first sends a Handshake packet
     -- and a server MUST discard Initial keys when it first successfully processes a Handshake
     -- packet": for both, the first Handshake packet of the client
-    SELECT min(event_index), 4, arg_min(time_ms, event_index), 'initial', NULL, NULL, NULL
-    FROM packets WHERE connection_id = $cid AND packet_type = 'handshake' AND sender = 'client'
-    HAVING count(*) > 0
+    SELECT p.connection_id, min(p.event_index), 4, arg_min(p.time_ms, p.event_index), 'initial', NULL, NULL, NULL
+    FROM packets p JOIN rv USING (connection_id)
+    WHERE p.connection_id >= $first AND p.packet_type = 'handshake' AND p.sender = 'client'
+    GROUP BY p.connection_id
     UNION ALL
     -- Handshake confirmed (RFC 9001 §4.1.2): the client on receiving HANDSHAKE_DONE, the server
     -- when its handshake completes (the client's Finished arrives in a Handshake packet)
-    SELECT min(p.event_index), 5, arg_min(p.time_ms, p.event_index), NULL, NULL, NULL, NULL
-    FROM packets p JOIN frames f USING (connection_id, event_index)
-    WHERE p.connection_id = $cid AND p.sender <> $me
-      AND (($me = 'client' AND f.frame_type = 'handshake_done')
-           OR ($me = 'server' AND p.packet_type = 'handshake' AND f.frame_type = 'crypto'))
-    HAVING count(*) > 0
+    SELECT p.connection_id, min(p.event_index), 5, arg_min(p.time_ms, p.event_index), NULL, NULL, NULL, NULL
+    FROM packets p JOIN frames f USING (connection_id, event_index) JOIN rv USING (connection_id)
+    WHERE p.connection_id >= $first AND p.sender <> rv.me
+      AND ((rv.me = 'client' AND f.frame_type = 'handshake_done')
+           OR (rv.me = 'server' AND p.packet_type = 'handshake' AND f.frame_type = 'crypto'))
+    GROUP BY p.connection_id
     UNION ALL
-    SELECT -1, 6, time_ms, NULL, NULL, NULL, max_ack_delay_ms
-    FROM transport_parameters WHERE connection_id = $cid AND endpoint <> $me AND max_ack_delay_ms IS NOT NULL
+    SELECT tp.connection_id, -1, 6, tp.time_ms, NULL, NULL, NULL, tp.max_ack_delay_ms
+    FROM transport_parameters tp JOIN rv USING (connection_id)
+    WHERE tp.connection_id >= $first AND tp.endpoint <> rv.me AND tp.max_ack_delay_ms IS NOT NULL
     UNION ALL
-    SELECT event_index, 7, time_ms, NULL, NULL, NULL, NULL
-    FROM packets WHERE connection_id = $cid AND packet_type = 'retry' AND $me = 'client'
-    ORDER BY event_index, k
+    SELECT p.connection_id, p.event_index, 7, p.time_ms, NULL, NULL, NULL, NULL
+    FROM packets p JOIN rv USING (connection_id)
+    WHERE p.connection_id >= $first AND p.packet_type = 'retry' AND rv.me = 'client'
+    ORDER BY 1, 2, 3
 """
 
 
-def _sent_log(con, cid: int, me: str) -> dict[str, recovery.SentLog]:
-    """The endpoint's sent packets as columns, per space (no Python object per packet)."""
-    table = con.sql(_SENT_SQL, params={"cid": cid, "me": me}).to_arrow_table()
-    logs = {}
-    spaces = table.column(0).to_pylist()
-    columns = [table.column(i).to_pylist() for i in range(1, 5)]
+def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list:
+    con.execute(_VIEWS_SQL, {"first": first_id})
+    views = con.execute("SELECT connection_id, me, pto_observable FROM rv ORDER BY 1").fetchall()
+    if not views:
+        return []
+    sent = _sent_logs(con, first_id)
+    events = _EventStream(con, first_id)
+    replays = []
+    columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
+    for cid, me, pto_observable in views:
+        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
+                                 sent=sent.pop(cid, {}))
+        for s in result.samples:
+            values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
+                      s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
+                      s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
+            for name, value in zip(_SAMPLE_FIELDS, values):
+                columns[name].append(value)
+        replays.append((cid, me, result, handshakes.get(cid)))
+    if columns["connection_id"]:
+        _insert_samples(con, first_id, columns)
+    con.execute("DROP TABLE IF EXISTS rv")
+    return replays
+
+
+def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
+    """Every replayed endpoint's sent packets as columns, per connection and space (no Python
+    object per packet)."""
+    table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
+    ids, spaces = table.column(0).to_pylist(), table.column(1).to_pylist()
+    columns = [table.column(i).to_pylist() for i in range(2, 6)]
+    logs: dict[int, dict[str, recovery.SentLog]] = {}
     start = 0
-    while start < len(spaces):
+    while start < len(ids):
         end = start
-        while end < len(spaces) and spaces[end] == spaces[start]:
+        while end < len(ids) and ids[end] == ids[start] and spaces[end] == spaces[start]:
             end += 1
-        logs[spaces[start]] = recovery.SentLog(*(col[start:end] for col in columns))
+        logs.setdefault(ids[start], {})[spaces[start]] = recovery.SentLog(*(col[start:end] for col in columns))
         start = end
     return logs
 
 
-def _replay_events(con, cid: int, me: str) -> Iterator:
-    """The replay's other events, streamed from DuckDB in record batches."""
-    reader = con.sql(_EVENT_SQL, params={"cid": cid, "me": me}).to_arrow_reader(65536)
-    for batch in reader:
-        cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        for at, k, t, space, pn, ranges, value in zip(*cols):
+class _EventStream:
+    """The replay's other events of all connections, streamed in record batches, handed out one
+    connection at a time (in connection order)."""
+
+    def __init__(self, con, first_id: int):
+        self._batches = iter(con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_reader(65536))
+        self._rows: Iterator = iter(())
+        self._pending = None
+
+    def _next_row(self):
+        if self._pending is not None:
+            row, self._pending = self._pending, None
+            return row
+        for row in self._rows:
+            return row
+        for batch in self._batches:
+            self._rows = zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
+            for row in self._rows:
+                return row
+        return None
+
+    def of(self, cid: int) -> Iterator:
+        while True:
+            row = self._next_row()
+            if row is None:
+                return
+            if row[0] < cid:
+                continue  # a connection that is not replayed
+            if row[0] > cid:
+                self._pending = row
+                return
+            _, at, k, t, space, pn, ranges, value = row
             if k == 1:
                 # ranges arrive flattened: [low1, high1, low2, high2, …]
                 pairs = tuple(zip(ranges[::2], ranges[1::2])) if ranges else ((pn, pn),) if pn is not None else ()
@@ -301,16 +360,7 @@ def _replay_events(con, cid: int, me: str) -> Iterator:
                 yield recovery.RetryReceived(t, at)
 
 
-def _insert_samples(con, cid: int, result: recovery.Replay) -> None:
-    if not result.samples:
-        return
-    columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
-    for s in result.samples:
-        values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
-                  s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
-                  s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
-        for name, value in zip(_SAMPLE_FIELDS, values):
-            columns[name].append(value)
+def _insert_samples(con, first_id: int, columns: dict[str, list]) -> None:
     table = pa.table({name: pa.array(values, type=_arrow_type(name)) for name, values in columns.items()})
     con.register("replay_samples_arrow", table)
     try:
@@ -322,22 +372,24 @@ def _insert_samples(con, cid: int, result: recovery.Replay) -> None:
             WITH filled AS (
                 -- Producers that log only the fields that changed (quic-go, quinn): a missing
                 -- field keeps its last logged value.
-                SELECT event_index, latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL AS has_rtt,
+                SELECT connection_id, event_index,
+                       latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL AS has_rtt,
                        last_value(latest_rtt_ms IGNORE NULLS) OVER w AS latest_rtt_ms,
                        last_value(min_rtt_ms IGNORE NULLS) OVER w AS min_rtt_ms,
                        last_value(smoothed_rtt_ms IGNORE NULLS) OVER w AS smoothed_rtt_ms,
                        last_value(rtt_variance_ms IGNORE NULLS) OVER w AS rtt_variance_ms
-                FROM logged_metrics WHERE connection_id = $cid
-                WINDOW w AS (ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
+                FROM logged_metrics WHERE connection_id >= $first
+                WINDOW w AS (PARTITION BY connection_id ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
             m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
             nxt AS (
-                SELECT event_index, lead(event_index) OVER (ORDER BY event_index) AS next_index
-                FROM packets WHERE connection_id = $cid AND direction = 'received'),
+                SELECT connection_id, event_index,
+                       lead(event_index) OVER (PARTITION BY connection_id ORDER BY event_index) AS next_index
+                FROM packets WHERE connection_id >= $first AND direction = 'received'),
             s AS (SELECT s.*, coalesce(nxt.next_index, 9223372036854775807) AS next_index
-                  FROM replay_samples_arrow s LEFT JOIN nxt USING (event_index)),
+                  FROM replay_samples_arrow s LEFT JOIN nxt USING (connection_id, event_index)),
             j AS (SELECT s.*, m.event_index AS m_index, m.latest_rtt_ms AS l_latest, m.min_rtt_ms AS l_min,
                          m.smoothed_rtt_ms AS l_smoothed, m.rtt_variance_ms AS l_var
-                  FROM s ASOF LEFT JOIN m ON s.event_index < m.event_index)
+                  FROM s ASOF LEFT JOIN m ON s.connection_id = m.connection_id AND s.event_index < m.event_index)
             SELECT connection_id, event_index, time_ms, packet_number_space, largest_acknowledged,
                    latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms,
                    smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags,
@@ -346,7 +398,7 @@ def _insert_samples(con, cid: int, result: recovery.Replay) -> None:
                    CASE WHEN ok THEN latest_rtt_ms - l_latest END, CASE WHEN ok THEN min_rtt_ms - l_min END,
                    CASE WHEN ok THEN smoothed_rtt_ms - l_smoothed END, CASE WHEN ok THEN rttvar_ms - l_var END
             FROM (SELECT *, m_index IS NOT NULL AND m_index < next_index AS ok FROM j)
-            ORDER BY event_index""", {"cid": cid})
+            ORDER BY connection_id, event_index""", {"first": first_id})
     finally:
         con.unregister("replay_samples_arrow")
 

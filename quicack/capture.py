@@ -1,113 +1,634 @@
-"""A packet capture of a scan's traffic with dumpcap (Wireshark's capture engine, Debian's tshark).
+"""From tshark's rows (see :mod:`quicack.pcap`) to the normalized tables.
 
-Theory of operation: dumpcap runs as a child process writing pcapng, filtered to UDP on the
-scan's destination ports.  dumpcap says "Capturing on …" before its capture is live, and packets
-still in the kernel's capture buffer when it is stopped are lost, so both ends are synchronised
-with marker datagrams: tiny UDP datagrams from loopback to a loopback port of our own (also in
-the filter) are sent until dumpcap's packet counter (on its stderr) shows them — at the start
-before any probe is sent, at the end before dumpcap is stopped.  The markers stay in the file
-(UDP to 127.0.0.1, payload ``quicack capture marker``).  The key log the scan writes beside the
-capture decrypts it (``tshark -o tls.keylog_file:…``).
+Theory of operation: a capture is a network vantage point.  Every captured UDP datagram is cut
+into its QUIC packets and every packet into its frames, entirely in DuckDB, batch by batch while
+tshark still runs (:func:`stage_batch`); then connections are found over the whole capture, at
+datagram granularity, and the store tables filled (:func:`normalize`):
+
+1. *Datagrams* (``c_dgram``): addresses, ports, time, what the datagram tells about who is
+   client and server, GSO suspicion, transport parameters.
+2. *Packets* (``c_pkt``): datagram × packet index.  A datagram with one packet has one value per
+   field.  With several, a field's value for packet *i* sits after the occurrences of the packets
+   before it, counted by the Lua layout.  ``event_index`` is the packet's position in the
+   capture.
+3. *Frames* (``c_frame``): packet × frame index.  Per-frame fields (ACK, CRYPTO, STREAM, …) are
+   lists in frame order over the whole datagram, so the k-th ACK frame of a datagram takes the
+   k-th ``largest_acknowledged``; ACK ranges take ``ack_range_count`` gap/range pairs each.
+4. *Connections*: tshark's connection number (it follows connection IDs, including new ones
+   and Retry), else the connection already seen on the same address/port 4-tuple, else one
+   connection per 4-tuple.  The server is the side that sends the ServerHello or a Retry (else
+   the one not sending the ClientHello, else the one not sending the first Initial, else the
+   lower port); rows follow the qlog network convention with ``flow = 'client'``: client
+   packets are ``sent``, server packets ``received``.
+
+RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the power
+of the ack_delay_exponent transport parameter sent by the sender of the ACK frame"; §18.2: the
+default is 3.  Initial packets are sent before any transport parameter is known: exponent 3.
+
+UDP GSO: a sender that hands the kernel one buffer of several equal-size datagrams is captured on
+loopback as one "super-frame".  tshark can split the long-header packets by their Length field
+but a short-header packet swallows the rest, and its decryption fails.  A datagram larger than a
+1500-byte MTU allows (UDP payload > 1472 bytes) holding a packet that did not decrypt (or two
+long-header packets of one type) is reported as a GSO super-frame: the packets tshark parsed are
+kept, the unparsable rest is left out of ``packets`` and listed in ``capture_issues``.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import threading
-import time
-from pathlib import Path
+import duckdb
 
 from .model import QuicackError
+from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
 
-MARKER = b"quicack capture marker"
+#: Largest UDP payload of one datagram on a 1500-byte MTU path (IPv4: 1500 − 20 − 8).
+MAX_SINGLE_DATAGRAM_PAYLOAD = 1472
+
+GSO_REMEDY = ("capture again with segmentation offload off at the sender: quic-go "
+              "QUIC_GO_DISABLE_GSO=true, quinn enable_segmentation_offload(false), ngtcp2 "
+              "--max-gso-dgrams=1, or `ethtool -K lo tx-udp-segmentation off` on the capturing host")
+
+#: RFC 9000 §12.4 / §19 frame type → qlog frame name (quic-events: QuicFrame types).
+FRAME_NAMES = {
+    0x00: "padding", 0x01: "ping", 0x02: "ack", 0x03: "ack", 0x04: "reset_stream",
+    0x05: "stop_sending", 0x06: "crypto", 0x07: "new_token",
+    **{t: "stream" for t in range(0x08, 0x10)},
+    0x10: "max_data", 0x11: "max_stream_data", 0x12: "max_streams", 0x13: "max_streams",
+    0x14: "data_blocked", 0x15: "stream_data_blocked", 0x16: "streams_blocked",
+    0x17: "streams_blocked", 0x18: "new_connection_id", 0x19: "retire_connection_id",
+    0x1a: "path_challenge", 0x1b: "path_response", 0x1c: "connection_close",
+    0x1d: "connection_close", 0x1e: "handshake_done",
+    0x1f: "immediate_ack",  # draft-ietf-quic-ack-frequency
+    0x30: "datagram", 0x31: "datagram",  # RFC 9221
+    0xaf: "ack_frequency",  # draft-ietf-quic-ack-frequency
+}
+
+# Long header packet types: RFC 9000 §17.2 (v1 and the drafts) and RFC 9369 §3.2 (v2).
+_LONG_TYPE = """CASE WHEN header_form = 0 THEN '1RTT'
+    WHEN version = 0 THEN 'version_negotiation'
+    WHEN long_type IS NOT NULL THEN
+      CASE long_type WHEN 0 THEN 'initial' WHEN 1 THEN '0RTT' WHEN 2 THEN 'handshake' WHEN 3 THEN 'retry' END
+    WHEN long_type_v2 IS NOT NULL THEN
+      CASE long_type_v2 WHEN 1 THEN 'initial' WHEN 2 THEN '0RTT' WHEN 3 THEN 'handshake' WHEN 0 THEN 'retry' END
+    ELSE 'unknown' END"""
+
+_SPACE = """CASE packet_type WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
+    WHEN '0RTT' THEN 'application_data' WHEN '1RTT' THEN 'application_data' END"""
 
 
-def tshark_version() -> str | None:
-    exe = shutil.which("tshark")
-    if exe is None:
-        return None
+def _last(col: str) -> str:
+    return f"list_last(string_split({col}, ','))"
+
+
+def begin(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (empty) the temporary tables :func:`stage_batch` fills."""
+    con.execute("DROP TABLE IF EXISTS c_multi_raw")
+    params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE c_dgram (
+        frame_number BIGINT, epoch_s DECIMAL(20, 9), src_ep VARCHAR, dst_ep VARCHAR,
+        src_port INTEGER, dst_port INTEGER, udp_payload_bytes INTEGER, tshark_connection INTEGER,
+        server_name VARCHAR, packets INTEGER, split_ok BOOLEAN, starts BOOLEAN, has_server_hello BOOLEAN,
+        has_client_hello BOOLEAN, has_initial BOOLEAN, gso BOOLEAN, parsed INTEGER, decrypted INTEGER,
+        malformed BOOLEAN, {params})""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE c_pkt (
+        frame_number BIGINT, idx BIGINT, packet_type VARCHAR, header_form INTEGER,
+        size_bytes INTEGER, version BIGINT, version_text VARCHAR, dcid VARCHAR, packet_number BIGINT,
+        decryption_failed BOOLEAN, frame_count INTEGER, undecrypted BOOLEAN, eliciting BOOLEAN)""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE c_frame (
+        frame_number BIGINT, idx BIGINT, packet_type VARCHAR, position INTEGER,
+        frame_type VARCHAR, largest BIGINT, ack_delay_raw BIGINT, ranges BIGINT[][], ecn_ce BIGINT,
+        offset_bytes BIGINT, length_bytes BIGINT, stream_id BIGINT, fin BOOLEAN, sequence_number BIGINT,
+        ack_eliciting_threshold BIGINT, request_max_ack_delay_ms DOUBLE, details JSON)""")
+
+
+def stage_batch(con: duckdb.DuckDBPyConnection, batch) -> None:
+    """Turn one batch of tshark rows (an Arrow table, every column text) into rows of the
+    temporary tables created by :func:`begin`.  Batches hold whole datagrams, so everything here
+    is local to a batch; what needs the whole capture happens in :func:`normalize`.  Datagrams
+    with several QUIC packets wait for their layout (:func:`finish`)."""
+    con.register("tshark_rows", batch)
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    first = out.splitlines()[0] if out else ""
-    return first.removeprefix("TShark (Wireshark) ").strip() or None
+        con.execute("""CREATE OR REPLACE TEMP VIEW tshark_batch AS
+            SELECT *, NULL::VARCHAR AS quicack_layout FROM tshark_rows
+            WHERE quic_header_form IS NULL OR NOT contains(quic_header_form, ',')""")
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
+            con.execute("CREATE TEMP TABLE c_multi_raw AS SELECT * FROM tshark_rows WHERE false")
+        con.execute("INSERT INTO c_multi_raw SELECT * FROM tshark_rows WHERE contains(quic_header_form, ',')")
+        _stage(con)
+    finally:
+        con.execute("DROP VIEW IF EXISTS tshark_batch")
+        con.unregister("tshark_rows")
 
 
-def bpf_filter(ports: set[int], marker_port: int) -> str:
-    ports_expr = " or ".join(f"port {p}" for p in sorted(ports))
-    return f"udp and (({ports_expr}) or (dst host 127.0.0.1 and dst port {marker_port}))"
+def finish(con: duckdb.DuckDBPyConnection, layout_file) -> None:
+    """Stage the datagrams holding several QUIC packets, cut by the per-packet field counts the
+    Lua tap wrote to ``layout_file`` (frame number, counts)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
+        return
+    layouts = "SELECT NULL::BIGINT AS frame_number, NULL::VARCHAR AS layout WHERE false"
+    if layout_file.exists() and layout_file.stat().st_size:
+        layouts = (f"SELECT * FROM read_csv('{str(layout_file).replace(chr(39), chr(39) * 2)}', delim='\t', "
+                   "header=false, quote='', escape='', auto_detect=false, "
+                   "columns={'frame_number': 'BIGINT', 'layout': 'VARCHAR'})")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW tshark_batch AS
+        SELECT r.*, l.layout AS quicack_layout
+        FROM c_multi_raw r LEFT JOIN ({layouts}) l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)""")
+    try:
+        _stage(con)
+    finally:
+        con.execute("DROP VIEW IF EXISTS tshark_batch")
+        con.execute("DROP TABLE IF EXISTS c_multi_raw")
 
 
-class Capture:
-    """A running dumpcap; ``stop()`` ends it once everything sent so far is in the file."""
-
-    def __init__(self, exe: str, interface: str, ports: set[int], path: Path):
-        self.path = path
-        self.packets = 0  # dumpcap's own counter
-        self.lines: list[str] = []
-        self.sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # where markers go
-        self.sink.bind(("127.0.0.1", 0))
-        self.sink.setblocking(False)
-        self.marker_port = self.sink.getsockname()[1]
-        self.process = subprocess.Popen(
-            [exe, "-i", interface, "-f", bpf_filter(ports, self.marker_port), "-w", str(path), "-n"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read_stderr(self) -> None:
-        buffer = ""
-        while chunk := self.process.stderr.read1(4096):
-            buffer += chunk.decode("utf-8", "replace")
-            *complete, buffer = re.split(r"[\r\n]", buffer)
-            for text in complete + [buffer]:
-                found = re.search(r"Packets(?: captured)?: (\d+)", text)
-                if found:
-                    self.packets = max(self.packets, int(found.group(1)))
-            self.lines += [t.strip() for t in complete if t.strip()]
-
-    def sync(self, timeout_s: float) -> bool:
-        """Send markers until dumpcap counts one more packet than before; False on timeout."""
-        before = self.packets
-        deadline = time.monotonic() + timeout_s
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    return False
-                out.sendto(MARKER, ("127.0.0.1", self.marker_port))
-                time.sleep(0.05)
-                if self.packets > before:
-                    return True
-        return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.sync(timeout_s=5.0)
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.sink.close()
+def _stage(con) -> None:
+    _batch_datagrams(con)
+    _batch_packets(con)
+    _batch_frames(con)
+    _batch_store(con)
 
 
-def start(path: str | Path, ports: set[int], interface: str = "any", timeout_s: float = 20.0) -> Capture:
-    """Start dumpcap and return once it demonstrably captures."""
-    exe = shutil.which("dumpcap")
-    if exe is None:
-        raise QuicackError("--pcap needs dumpcap (Debian: apt-get install tshark)")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    capture = Capture(exe, interface, ports, path)
-    if not capture.sync(timeout_s):
-        capture.process.kill()
-        capture.process.wait()
-        capture.sink.close()
-        raise QuicackError("dumpcap did not start capturing: "
-                           f"{' / '.join(capture.lines[-3:]) or 'no output'}", str(path))
-    return capture
+def _batch_datagrams(con) -> None:
+    # Text columns stay text: most datagrams hold one QUIC packet, whose fields are single
+    # values; only datagrams with several packets (a Lua layout) are cut into lists.
+    params = ", ".join(f"list_first(string_split({column(f)}, ',')) AS tp_{name}"
+                       for name, f in PARAMETER_FIELDS.items())
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cd_b AS
+        SELECT *, CASE WHEN quicack_layout IS NULL THEN packets <= 1
+                       ELSE len(string_split(quicack_layout, ';')) = packets END AS split_ok,
+                  packets = 1 AND quicack_layout IS NULL
+                      AND NOT contains(concat({", ".join(column(f) for f in FRAME_FIELDS)}), ',') AS simple
+        FROM (SELECT frame_number::BIGINT AS frame_number,
+                     frame_time_epoch::DECIMAL(20, 9) AS epoch_s,
+                     coalesce({_last('ipv6_src')}, {_last('ip_src')}, '?') || '#' || {_last('udp_srcport')} AS src_ep,
+                     coalesce({_last('ipv6_dst')}, {_last('ip_dst')}, '?') || '#' || {_last('udp_dstport')} AS dst_ep,
+                     TRY_CAST({_last('udp_srcport')} AS INTEGER) AS src_port,
+                     TRY_CAST({_last('udp_dstport')} AS INTEGER) AS dst_port,
+                     TRY_CAST({_last('udp_length')} AS INTEGER) - 8 AS udp_payload_bytes,
+                     TRY_CAST(list_first(string_split(quic_connection_number, ',')) AS INTEGER) AS tshark_connection,
+                     CASE WHEN quic_header_form IS NULL THEN 0
+                          ELSE (length(quic_header_form) + 1) // 2 END::INTEGER AS packets,
+                     list_first(string_split(tls_handshake_extensions_server_name, ',')) AS server_name,
+                     _ws_malformed IS NOT NULL AS malformed,
+                     {params},
+                     {", ".join(column(f) for f in PACKET_FIELDS + FRAME_FIELDS)}, quicack_layout, quic_header_form
+              FROM tshark_batch
+              WHERE udp_srcport IS NOT NULL AND icmp_type IS NULL AND icmpv6_type IS NULL)""")
+
+
+def _batch_packets(con) -> None:
+    slot = {f: i + 1 for i, f in enumerate(PACKET_FIELDS)}
+
+    def start(f: str) -> str:
+        return (f"CASE WHEN idx = 1 THEN 1 ELSE (1 + list_sum(list_transform(layout[1:idx - 1], "
+                f"lambda c: c[{slot[f]}])))::BIGINT END")
+
+    def count(f: str) -> str:
+        return f"layout[idx][{slot[f]}]"
+
+    def multi(f: str) -> str:
+        return f"CASE WHEN {count(f)} > 0 THEN string_split({column(f)}, ',')[{start(f)}] END"
+
+    def columns(value) -> str:
+        return f"""TRY_CAST({value('quic.packet_length')} AS INTEGER) AS size_bytes,
+               TRY_CAST({value('quic.version')} AS BIGINT) AS version,
+               {value('quic.version')} AS version_text,
+               TRY_CAST({value('quic.long.packet_type')} AS INTEGER) AS long_type,
+               TRY_CAST({value('quic.long.packet_type_v2')} AS INTEGER) AS long_type_v2,
+               {value('quic.dcid')} AS dcid,
+               TRY_CAST({value('quic.packet_number')} AS BIGINT) AS packet_number"""
+
+    several = con.execute(
+        "SELECT count(*) FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok").fetchall()[0][0]
+    # One packet: every per-packet field is a single value already.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b0 AS
+        SELECT frame_number, 1::BIGINT AS idx, TRY_CAST(quic_header_form AS INTEGER) AS header_form,
+               {columns(column)},
+               quic_decryption_failed IS NOT NULL AS decryption_failed,
+               coalesce(len(string_split(quic_frame_type, ',')), 0)::INTEGER AS frame_count,
+               string_split(tls_handshake_type, ',') AS tls_types,
+               1::BIGINT AS frame_start
+        FROM cd_b WHERE packets = 1 AND quicack_layout IS NULL""")
+    # Several packets: cut every list with the per-packet counts of the Lua layout.
+    if several:
+        con.execute(f"""INSERT INTO cp_b0
+            SELECT frame_number, idx, TRY_CAST(string_split(quic_header_form, ',')[idx] AS INTEGER),
+                   {columns(multi)},
+                   {count('quic.decryption_failed')} > 0,
+                   {count('quic.frame_type')},
+                   CASE WHEN {count('tls.handshake.type')} > 0 THEN
+                        list_slice(string_split(tls_handshake_type, ','), {start('tls.handshake.type')},
+                                   {start('tls.handshake.type')} + {count('tls.handshake.type')} - 1)
+                   END,
+                   {start('quic.frame_type')}
+            FROM (SELECT *, unnest(range(1, packets + 1)) AS idx,
+                         list_transform(string_split(quicack_layout, ';'),
+                                        lambda p: list_transform(string_split(p, '.'), lambda c: c::INTEGER)) AS layout
+                  FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok)""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b AS
+        SELECT *, frame_count = 0 AND packet_type NOT IN ('retry', 'version_negotiation') AS undecrypted
+        FROM (SELECT *, {_LONG_TYPE} AS packet_type FROM cp_b0)""")
+
+
+# Frame families: the frames that carry a given tshark field, by frame type.
+_FAMILIES = {
+    "ack": "type_value IN (2, 3)", "ecn": "type_value = 3", "crypto": "type_value = 6",
+    "stream": "type_value BETWEEN 8 AND 15",
+    "stream_off": "type_value BETWEEN 8 AND 15 AND (type_value & 4) <> 0",
+    "stream_len": "type_value BETWEEN 8 AND 15 AND (type_value & 2) <> 0",
+    "padding": "type_value = 0", "nci": "type_value = 24", "rci": "type_value = 25",
+    "af": "type_value = 175", "cc": "type_value = 28", "cc_app": "type_value = 29",
+}
+
+
+def _frame_columns(at) -> str:
+    """The frame columns; ``at(field, family, kind)`` is the field's value for this frame (NULL
+    when the frame is not of the family)."""
+    names = " ".join(f"WHEN {t} THEN '{n}'" for t, n in FRAME_NAMES.items())
+    return f"""CASE f.type_value {names} ELSE 'unknown' END AS frame_type,
+               {at('quic.ack.largest_acknowledged', 'ack')} AS largest,
+               {at('quic.ack.ack_delay', 'ack')} AS ack_delay_raw,
+               {at('quic.ack.ecn_ce_count', 'ecn')} AS ecn_ce,
+               coalesce({at('quic.crypto.offset', 'crypto')}, {at('quic.stream.offset', 'stream_off')},
+                        CASE WHEN f.type_value BETWEEN 8 AND 15 THEN 0 END) AS offset_bytes,
+               coalesce({at('quic.crypto.length', 'crypto')}, {at('quic.stream.length', 'stream_len')},
+                        {at('quic.padding_length', 'padding')}) AS length_bytes,
+               {at('quic.stream.stream_id', 'stream')} AS stream_id,
+               CASE WHEN f.type_value BETWEEN 8 AND 15 THEN (f.type_value & 1) = 1 END AS fin,
+               coalesce({at('quic.nci.sequence', 'nci')}, {at('quic.rci.sequence', 'rci')},
+                        {at('quic.af.sequence_number', 'af')}) AS sequence_number,
+               {at('quic.af.ack_eliciting_threshold', 'af')} AS ack_eliciting_threshold,
+               {at('quic.af.request_max_ack_delay', 'af', 'DOUBLE')} / 1000.0 AS request_max_ack_delay_ms,
+               CASE WHEN f.type_value IN (0, 1, 2, 3, 6) OR f.type_value BETWEEN 8 AND 15 THEN NULL
+                    WHEN f.type_value = 28 THEN json_object(
+                        'frame_type_value', f.type_value, 'error_space', 'transport',
+                        'error_code', {at('quic.cc.error_code', 'cc')},
+                        'trigger_frame_type', {at('quic.cc.frame_type', 'cc')})
+                    WHEN f.type_value = 29 THEN json_object(
+                        'frame_type_value', f.type_value, 'error_space', 'application',
+                        'error_code', {at('quic.cc.error_code.app', 'cc_app')})
+                    ELSE json_object('frame_type_value', f.type_value)
+               END AS details,
+               {at('quic.ack.ack_range_count', 'ack')} AS range_count,
+               {at('quic.ack.first_ack_range', 'ack')} AS first_range"""
+
+
+def _batch_frames(con) -> None:
+    # A "simple" datagram: one packet and at most one frame per family (no field repeats), as
+    # nearly every packet of a transfer.  Its fields are single values: cast once per datagram,
+    # then picked per frame by type.
+    kinds = {f: "DOUBLE" if f == "quic.af.request_max_ack_delay" else "BIGINT" for f in FRAME_FIELDS}
+
+    def single(field: str, family: str, kind: str = "BIGINT") -> str:
+        return f"CASE WHEN {_FAMILIES[family].replace('type_value', 'f.type_value')} THEN f.v_{column(field)} END"
+
+    # ACK ranges (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each
+    # further range lies Gap + 2 below the smallest of the previous one.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_b AS
+        WITH d AS (SELECT frame_number, string_split(quic_frame_type, ',') AS types,
+                          {", ".join(f"TRY_CAST({column(f)} AS {k}) AS v_{column(f)}" for f, k in kinds.items())}
+                   FROM cd_b WHERE simple AND quic_frame_type IS NOT NULL),
+             f AS (SELECT p.packet_type, e.*, TRY_CAST(e.t AS BIGINT) AS type_value
+                   FROM (SELECT *, unnest(types) AS t, generate_subscripts(types, 1) AS fi FROM d) e
+                   JOIN cp_b p USING (frame_number))
+        SELECT frame_number, 1::BIGINT AS idx, packet_type, fi, (fi - 1)::INTEGER AS position,
+               type_value, frame_type, largest, ack_delay_raw,
+               CASE WHEN frame_type = 'ack' THEN
+                    CASE WHEN coalesce(range_count, 0) = 0 THEN [[largest - first_range, largest]]
+                         ELSE [[largest - first_range - gap - 2 - len, largest - first_range - gap - 2],
+                               [largest - first_range, largest]] END
+               END AS ranges,
+               ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
+               request_max_ack_delay_ms, details
+        FROM (SELECT f.frame_number, f.packet_type, f.fi, f.type_value, {_frame_columns(single)},
+                     f.v_quic_ack_gap AS gap, f.v_quic_ack_ack_range AS len
+              FROM f)""")
+
+    # Other datagrams: the k-th frame of a family takes the k-th value of the family's fields.
+    if not con.execute("SELECT count(*) FROM cd_b WHERE NOT simple AND quic_frame_type IS NOT NULL").fetchall()[0][0]:
+        return
+    ordinals = ",\n".join(
+        f"CASE WHEN {cond} THEN (sum(CASE WHEN {cond} THEN 1 ELSE 0 END) OVER w)::BIGINT END AS o_{fam}"
+        for fam, cond in _FAMILIES.items())
+
+    def nth(field: str, family: str, kind: str = "BIGINT") -> str:
+        return f"TRY_CAST(string_split(d.{column(field)}, ',')[f.o_{family}] AS {kind})"
+
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_g AS
+        WITH f0 AS (
+            SELECT p.frame_number, p.idx, p.packet_type, fi,
+                   (fi - p.frame_start)::INTEGER AS position,
+                   TRY_CAST(string_split(d.quic_frame_type, ',')[fi] AS BIGINT) AS type_value
+            FROM (SELECT frame_number, idx, packet_type, frame_start,
+                         unnest(range(frame_start, frame_start + frame_count)) AS fi
+                  FROM cp_b WHERE frame_count > 0) p
+            JOIN cd_b d USING (frame_number) WHERE NOT d.simple),
+        f AS (SELECT *, {ordinals} FROM f0
+              WINDOW w AS (PARTITION BY frame_number ORDER BY fi ROWS UNBOUNDED PRECEDING))
+        SELECT f.frame_number, f.idx, f.packet_type, f.fi, f.position, f.type_value,
+               {_frame_columns(nth)}
+        FROM f JOIN cd_b d USING (frame_number)""")
+    con.execute("""INSERT INTO cf_b
+        WITH a AS (SELECT frame_number, fi, largest, first_range, coalesce(range_count, 0) AS range_count,
+                          (1 + coalesce(sum(coalesce(range_count, 0)) OVER (PARTITION BY frame_number ORDER BY fi
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::BIGINT AS pair_start
+                   FROM cf_g WHERE type_value IN (2, 3)),
+             extra AS (SELECT a.frame_number, a.fi, a.largest - a.first_range AS low0, k,
+                              TRY_CAST(string_split(d.quic_ack_gap, ',')[a.pair_start + k - 1] AS BIGINT) AS gap,
+                              TRY_CAST(string_split(d.quic_ack_ack_range, ',')[a.pair_start + k - 1] AS BIGINT) AS len
+                       FROM (SELECT *, unnest(range(1, range_count + 1)) AS k FROM a WHERE range_count > 0) a
+                       JOIN cd_b d USING (frame_number)),
+             lows AS (SELECT frame_number, fi, len,
+                             low0 - sum(gap + 2 + len) OVER (PARTITION BY frame_number, fi ORDER BY k) AS low
+                      FROM extra),
+             r AS (SELECT frame_number, fi, list([low, high] ORDER BY low) AS ranges
+                   FROM (SELECT frame_number, fi, largest - first_range AS low, largest AS high FROM a
+                         UNION ALL SELECT frame_number, fi, low, low + len FROM lows)
+                   GROUP BY frame_number, fi)
+        SELECT g.frame_number, g.idx, g.packet_type, g.fi, g.position, g.type_value,
+               g.frame_type, g.largest, g.ack_delay_raw, r.ranges, g.ecn_ce, g.offset_bytes, g.length_bytes,
+               g.stream_id, g.fin, g.sequence_number, g.ack_eliciting_threshold, g.request_max_ack_delay_ms,
+               g.details
+        FROM cf_g g LEFT JOIN r USING (frame_number, fi)""")
+
+
+def _batch_store(con) -> None:
+    """Append the batch to the capture-wide tables, with what each datagram tells."""
+    con.execute("""INSERT INTO c_frame
+        SELECT frame_number, idx, packet_type, position, frame_type, largest, ack_delay_raw,
+               ranges, ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number,
+               ack_eliciting_threshold, request_max_ack_delay_ms, details
+        FROM cf_b""")
+    con.execute("""INSERT INTO c_pkt
+        SELECT p.frame_number, p.idx, p.packet_type, p.header_form, p.size_bytes, p.version,
+               p.version_text, p.dcid, p.packet_number, p.decryption_failed, p.frame_count, p.undecrypted,
+               CASE WHEN p.frame_count > 0 THEN coalesce(e.eliciting, false) END
+        FROM cp_b p
+        LEFT JOIN (SELECT frame_number, idx,
+                          bool_or(frame_type NOT IN ('ack', 'padding', 'connection_close')) AS eliciting
+                   FROM cf_b GROUP BY ALL) e USING (frame_number, idx)""")
+    # Per datagram: does it start a connection (an Initial's first CRYPTO bytes), carry a
+    # ServerHello / Retry / Version Negotiation (server) or a ClientHello / 0-RTT (client), and
+    # is it a GSO super-frame?
+    con.execute(f"""INSERT INTO c_dgram
+        SELECT d.frame_number, d.epoch_s, d.src_ep, d.dst_ep, d.src_port, d.dst_port, d.udp_payload_bytes,
+               d.tshark_connection, d.server_name, d.packets, d.split_ok,
+               coalesce(c0.starts, false),
+               coalesce(p.has_server_hello, false), coalesce(p.has_client_hello, false),
+               coalesce(p.has_initial, false),
+               coalesce(d.udp_payload_bytes > {MAX_SINGLE_DATAGRAM_PAYLOAD}
+                        AND (p.any_undecrypted OR p.long_packets > p.long_types), false),
+               coalesce(p.parsed, 0), coalesce(p.decrypted, 0), d.malformed,
+               {", ".join(f"d.tp_{n}" for n in PARAMETER_FIELDS)}
+        FROM cd_b d
+        LEFT JOIN (SELECT frame_number,
+                          bool_or(list_contains(tls_types, '2') OR packet_type IN ('retry', 'version_negotiation'))
+                              AS has_server_hello,
+                          bool_or(list_contains(tls_types, '1') OR packet_type = '0RTT') AS has_client_hello,
+                          bool_or(packet_type = 'initial') AS has_initial,
+                          bool_or(undecrypted) AS any_undecrypted,
+                          count(*) FILTER (WHERE header_form = 1) AS long_packets,
+                          count(DISTINCT packet_type) FILTER (WHERE header_form = 1) AS long_types,
+                          count(*) AS parsed, count(*) FILTER (WHERE NOT undecrypted) AS decrypted
+                   FROM cp_b GROUP BY frame_number) p USING (frame_number)
+        LEFT JOIN (SELECT DISTINCT frame_number, true AS starts FROM cf_b
+                   WHERE type_value = 6 AND offset_bytes = 0 AND packet_type = 'initial') c0 USING (frame_number)""")
+
+
+def ports_to_force(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """QUIC server ports (a ClientHello was sent to them) that also carry UDP datagrams tshark did
+    not take for QUIC — e.g. a connection whose handshake the capture missed: tshark's heuristics
+    only recognise short-header packets of connections they saw start."""
+    rows = con.execute("""
+        WITH servers AS (SELECT DISTINCT dst_port AS port FROM c_dgram WHERE has_client_hello)
+        SELECT DISTINCT port FROM servers
+        WHERE port IN (SELECT src_port FROM c_dgram WHERE packets = 0
+                       UNION ALL SELECT dst_port FROM c_dgram WHERE packets = 0)
+        ORDER BY 1 LIMIT 16""").fetchall()
+    return [r[0] for r in rows]
+
+
+def _assign_connections(con, first_connection_id: int) -> None:
+    """``dmap``: every QUIC datagram → connection_id and sender; ``ck``: the connections."""
+    # tshark's connection number when it has one; else the connection last seen on the same
+    # 4-tuple (ASOF: the latest one that started at or before this frame, else the first).
+    # A connection starts with the first CRYPTO bytes of an Initial (the ClientHello, or the
+    # ServerHello if the capture missed it): a tshark connection that does not (tshark met a
+    # connection ID it could not tie to the handshake, e.g. without keys) continues the
+    # connection that started last on the same 4-tuple.
+    con.execute("""CREATE OR REPLACE TEMP TABLE dconn AS
+        WITH q0 AS (SELECT frame_number, tshark_connection, starts,
+                           least(src_ep, dst_ep) || ' ' || greatest(src_ep, dst_ep) AS tuple_key
+                    FROM c_dgram WHERE packets > 0 AND split_ok),
+             tc AS (SELECT tshark_connection, min(frame_number) AS first_frame,
+                           arg_min(tuple_key, frame_number) AS tuple_key, arg_min(starts, frame_number) AS starts
+                    FROM q0 WHERE tshark_connection IS NOT NULL GROUP BY ALL),
+             root AS (SELECT c.tshark_connection, coalesce(r.tshark_connection, c.tshark_connection) AS root
+                      FROM tc c ASOF LEFT JOIN (SELECT * FROM tc WHERE starts) r
+                        ON c.tuple_key = r.tuple_key AND c.first_frame > r.first_frame
+                      WHERE NOT c.starts
+                      UNION ALL SELECT tshark_connection, tshark_connection FROM tc WHERE starts),
+             q AS (SELECT q0.frame_number, q0.tuple_key, root.root AS tshark_connection
+                   FROM q0 LEFT JOIN root USING (tshark_connection)),
+             known AS (SELECT tuple_key, tshark_connection, min(frame_number) AS first_frame
+                       FROM q WHERE tshark_connection IS NOT NULL GROUP BY ALL),
+             earliest AS (SELECT tuple_key, arg_min(tshark_connection, first_frame) AS c
+                          FROM known GROUP BY ALL),
+             later AS (SELECT q.frame_number, k.tshark_connection AS c
+                       FROM q ASOF JOIN known k ON q.tuple_key = k.tuple_key AND q.frame_number >= k.first_frame
+                       WHERE q.tshark_connection IS NULL)
+        SELECT q.frame_number,
+               coalesce('t' || q.tshark_connection, 't' || later.c, 't' || earliest.c, 'u ' || q.tuple_key) AS conn_key,
+               coalesce(q.tshark_connection, later.c, earliest.c) AS tshark_connection
+        FROM q LEFT JOIN later USING (frame_number) LEFT JOIN earliest USING (tuple_key)""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ck AS
+        SELECT conn_key, any_value(tshark_connection) AS tshark_connection,
+               {first_connection_id} - 1 + row_number() OVER (ORDER BY min(frame_number)) AS connection_id,
+               row_number() OVER (ORDER BY min(frame_number)) - 1 AS trace_index
+        FROM dconn GROUP BY conn_key""")
+    # Who is the server: the ServerHello's (or Retry's, Version Negotiation's) sender; else the
+    # peer of the ClientHello's (or 0-RTT's) sender; else the peer of the first Initial's sender;
+    # else the side with the lower port.
+    con.execute("""CREATE OR REPLACE TEMP TABLE dmap AS
+        WITH d AS (SELECT c_dgram.*, ck.connection_id FROM c_dgram JOIN dconn USING (frame_number) JOIN ck USING (conn_key)),
+             s AS (SELECT connection_id,
+                          arg_min(src_ep, frame_number) FILTER (WHERE has_server_hello) AS server_ep,
+                          arg_min(src_ep, frame_number) FILTER (WHERE has_client_hello) AS client_ep,
+                          arg_min(src_ep, frame_number) FILTER (WHERE has_initial) AS first_initial_ep
+                   FROM d GROUP BY connection_id)
+        SELECT d.frame_number, d.connection_id, d.epoch_s, d.src_ep, d.gso,
+               CASE WHEN s.server_ep IS NOT NULL THEN CASE WHEN src_ep = s.server_ep THEN 'server' ELSE 'client' END
+                    WHEN s.client_ep IS NOT NULL THEN CASE WHEN src_ep = s.client_ep THEN 'client' ELSE 'server' END
+                    WHEN s.first_initial_ep IS NOT NULL THEN CASE WHEN src_ep = s.first_initial_ep THEN 'client' ELSE 'server' END
+                    WHEN src_port > dst_port THEN 'client' ELSE 'server' END AS sender
+        FROM d JOIN s USING (connection_id)""")
+
+
+def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id: int,
+              staged: StagedCapture) -> None:
+    """Insert the rows of the staged capture into the store tables (caller holds the transaction).
+
+    Sets ``staged.events`` (QUIC packets stored) and appends warnings about packets that could
+    not be decrypted, GSO super-frames and datagrams that could not be split.
+    """
+    if not con.execute("SELECT count(*) FROM c_pkt").fetchall()[0][0]:
+        udp = con.execute("SELECT count(*) FROM c_dgram").fetchall()[0][0]
+        raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none "
+                           "dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)", staged.path)
+    _assign_connections(con, first_connection_id)
+    # event_index: the packet's position in the capture (datagrams with several packets were
+    # staged last).
+    con.execute("""CREATE OR REPLACE TEMP TABLE pidx AS
+        SELECT frame_number, idx, row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index FROM c_pkt""")
+
+    # Packets kept: everything except the unparsable remainder of GSO super-frames.
+    kept = "NOT (p.undecrypted AND m.gso)"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE cstart AS
+        SELECT connection_id, min(m.epoch_s) AS first_s, max(m.epoch_s) AS last_s, count(*) AS packets,
+               count(DISTINCT frame_number) AS datagrams, count(*) FILTER (WHERE p.undecrypted) AS not_decrypted
+        FROM c_pkt p JOIN dmap m USING (frame_number) WHERE {kept} GROUP BY connection_id""")
+
+    # Transport parameters: the first ClientHello (client) and EncryptedExtensions (server) seen.
+    tp_any = " OR ".join(f"tp_{n} IS NOT NULL" for n in PARAMETER_FIELDS)
+    tp_json = ", ".join(
+        f"struct_pack(k := '{n}', v := coalesce(TRY_CAST(tp_{n} AS BIGINT)::JSON, to_json(tp_{n})))"
+        for n in PARAMETER_FIELDS)
+    con.execute(f"""INSERT INTO transport_parameters
+        SELECT connection_id, CASE WHEN sender = 'client' THEN 'local' ELSE 'remote' END, sender,
+               ((epoch_s - first_s) * 1000)::DOUBLE,
+               TRY_CAST(tp_max_ack_delay AS DOUBLE),
+               TRY_CAST(tp_ack_delay_exponent AS INTEGER),
+               TRY_CAST(tp_min_ack_delay AS DOUBLE) / 1000.0,
+               TRY_CAST(tp_initial_max_data AS BIGINT),
+               TRY_CAST(tp_max_udp_payload_size AS BIGINT),
+               TRY_CAST(tp_max_idle_timeout AS DOUBLE),
+               TRY_CAST(tp_active_connection_id_limit AS BIGINT),
+               to_json([map_from_entries(list_filter([{tp_json}], lambda x: x.v IS NOT NULL))])
+        FROM (SELECT d.*, m.connection_id, m.sender,
+                     row_number() OVER (PARTITION BY m.connection_id, m.sender ORDER BY d.frame_number) AS nth
+              FROM c_dgram d JOIN dmap m USING (frame_number)
+              WHERE {tp_any})
+        JOIN cstart USING (connection_id)
+        WHERE nth = 1""")
+
+    con.execute("""INSERT INTO frames
+        SELECT m.connection_id, x.event_index, f.position, f.frame_type,
+               CASE WHEN f.frame_type = 'ack' THEN f.ack_delay_raw
+                    * pow(2, CASE WHEN f.packet_type = 'initial' THEN 3
+                                  ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0 END,
+               f.ack_delay_raw, f.largest, f.ranges, f.ecn_ce, f.offset_bytes, f.length_bytes,
+               f.stream_id, f.fin, f.sequence_number, f.ack_eliciting_threshold,
+               f.request_max_ack_delay_ms, NULL, f.details
+        FROM c_frame f JOIN dmap m USING (frame_number) JOIN pidx x USING (frame_number, idx)
+        LEFT JOIN transport_parameters tp ON tp.connection_id = m.connection_id AND tp.endpoint = m.sender""")
+
+    con.execute(f"""INSERT INTO packets
+        SELECT m.connection_id, x.event_index, ((m.epoch_s - c.first_s) * 1000)::DOUBLE,
+               (m.epoch_s * 1000)::DOUBLE,
+               CASE WHEN m.sender = 'client' THEN 'sent' ELSE 'received' END, m.sender,
+               p.packet_type, {_SPACE.replace('packet_type', 'p.packet_type')},
+               -- a payload that did not decrypt does not vouch for the header protection
+               -- removal either (wrong Initial keys give a random packet number)
+               CASE WHEN NOT p.undecrypted THEN p.packet_number END, p.size_bytes,
+               p.frame_number, p.eliciting, p.frame_count
+        FROM c_pkt p JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
+        JOIN pidx x USING (frame_number, idx)
+        WHERE {kept}""")
+
+    con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+            flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
+            events, quirks)
+        SELECT ck.connection_id, {file_id}, ck.trace_index, NULL, 'network', 'client', 'tshark',
+               od.odcid, sn.server_name, (c.first_s * 1000)::DOUBLE, (c.first_s * 1000)::DOUBLE,
+               ((c.last_s - c.first_s) * 1000)::DOUBLE, c.packets, []
+        FROM ck JOIN cstart c USING (connection_id)
+        LEFT JOIN (SELECT m.connection_id, arg_min(p.dcid, (p.frame_number, p.idx)) AS odcid
+                   FROM c_pkt p JOIN dmap m USING (frame_number)
+                   WHERE m.sender = 'client' AND p.packet_type = 'initial' GROUP BY ALL) od USING (connection_id)
+        LEFT JOIN (SELECT m.connection_id, arg_min(d.server_name, d.frame_number) AS server_name
+                   FROM c_dgram d JOIN dmap m USING (frame_number)
+                   WHERE d.server_name IS NOT NULL GROUP BY ALL) sn USING (connection_id)""")
+
+    con.execute(f"""INSERT INTO capture_issues
+        SELECT {file_id}, m.connection_id, d.frame_number, (d.epoch_s * 1000)::DOUBLE, 'gso_superframe', NULL,
+               d.udp_payload_bytes,
+               'UDP payload of ' || d.udp_payload_bytes || ' bytes from ' || replace(d.src_ep, '#', ' port ')
+               || ': ' || d.decrypted || ' of ' || d.parsed
+               || ' QUIC packets tshark parsed decrypted; the rest could not be split'
+        FROM c_dgram d JOIN dmap m USING (frame_number) WHERE d.gso
+        UNION ALL
+        SELECT {file_id}, m.connection_id, p.frame_number, (m.epoch_s * 1000)::DOUBLE, 'not_decrypted',
+               p.packet_type, p.size_bytes, CASE WHEN p.decryption_failed THEN 'decryption failed' ELSE 'no keys' END
+        FROM c_pkt p JOIN dmap m USING (frame_number) WHERE p.undecrypted AND NOT m.gso
+        UNION ALL
+        SELECT {file_id}, m.connection_id, d.frame_number, (d.epoch_s * 1000)::DOUBLE, 'malformed', NULL,
+               d.udp_payload_bytes, 'tshark: Malformed Packet'
+        FROM c_dgram d JOIN dmap m USING (frame_number) WHERE d.malformed
+        UNION ALL
+        SELECT {file_id}, NULL, frame_number, (epoch_s * 1000)::DOUBLE, 'unsplit', NULL, udp_payload_bytes,
+               'datagram with ' || packets || ' QUIC packets that could not be cut into packets'
+        FROM c_dgram WHERE packets > 0 AND NOT split_ok""")
+
+    con.execute("""INSERT INTO capture_connections
+        SELECT ck.connection_id,
+               split_part(e.client_ep, '#', 1), TRY_CAST(split_part(e.client_ep, '#', 2) AS INTEGER),
+               split_part(e.server_ep, '#', 1), TRY_CAST(split_part(e.server_ep, '#', 2) AS INTEGER),
+               v.version_text, ck.tshark_connection, c.datagrams, c.not_decrypted, coalesce(e.superframes, 0)
+        FROM ck JOIN cstart c USING (connection_id)
+        LEFT JOIN (SELECT connection_id,
+                          arg_min(src_ep, frame_number) FILTER (WHERE sender = 'client') AS client_ep,
+                          arg_min(src_ep, frame_number) FILTER (WHERE sender = 'server') AS server_ep,
+                          count(*) FILTER (WHERE gso) AS superframes
+                   FROM dmap GROUP BY ALL) e USING (connection_id)
+        LEFT JOIN (SELECT m.connection_id, arg_min(p.version_text, (p.frame_number, p.idx)) AS version_text
+                   FROM c_pkt p JOIN dmap m USING (frame_number)
+                   WHERE p.header_form = 1 AND p.version <> 0 GROUP BY ALL) v USING (connection_id)""")
+
+    staged.events, not_decrypted, datagrams = con.execute(
+        "SELECT sum(packets), sum(not_decrypted), sum(datagrams) FROM cstart").fetchall()[0]
+    staged.warnings.extend(_warnings(con, staged))
+    con.execute("""INSERT INTO capture_files VALUES ($file_id, $version, $secrets, $keylog, $keylog_sha256,
+        $ports, $frames, $datagrams, $packets, $not_decrypted, (SELECT count(*) FROM c_dgram WHERE gso))""",
+                {"file_id": file_id, "version": staged.tshark_version, "secrets": staged.secrets,
+                 "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
+                 "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
+                 "packets": staged.events, "not_decrypted": not_decrypted})
+    for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
+                  "dmap", "cstart", "pidx"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _warnings(con, staged: StagedCapture) -> list[str]:
+    warnings = []
+    path = staged.path
+    total = staged.events
+    by_type = con.execute("""SELECT p.packet_type, count(*) FROM c_pkt p JOIN dmap m USING (frame_number)
+                             WHERE p.undecrypted AND NOT m.gso GROUP BY ALL ORDER BY 2 DESC, 1""").fetchall()
+    if by_type:
+        n = sum(c for _, c in by_type)
+        listed = ", ".join(f"{t} {c}" for t, c in by_type)
+        if staged.secrets == "none":
+            hint = ("no TLS key log found (only Initial packets decrypt without one): pass --keylog FILE, "
+                    "put <capture>.keys or keys.log beside the capture, or embed the secrets "
+                    "(editcap --inject-secrets tls,KEYLOG)")
+        else:
+            hint = f"the secrets ({staged.keylog or 'Decryption Secrets Block'}) do not cover them"
+        warnings.append(f"{path}: {n} of {total} QUIC packets not decrypted ({listed}); {hint}")
+    malformed, versions = con.execute("""
+        SELECT count(*) FILTER (WHERE d.malformed),
+               string_agg(DISTINCT p.version_text, ', ') FILTER (WHERE p.header_form = 1 AND p.version <> 0)
+        FROM c_dgram d JOIN dmap USING (frame_number) LEFT JOIN c_pkt p USING (frame_number)""").fetchall()[0]
+    if malformed:
+        warnings.append(f"{path}: tshark found {malformed} malformed QUIC datagrams (versions seen: "
+                        f"{versions or 'none'}; tshark does not dissect every QUIC version, e.g. drafts older than "
+                        "the invariants of RFC 8999): "
+                        "their packet types and numbers may be wrong")
+    unsplit = con.execute("SELECT count(*) FROM c_dgram WHERE packets > 0 AND NOT split_ok").fetchall()[0][0]
+    if unsplit:
+        warnings.append(f"{path}: {unsplit} datagrams holding several QUIC packets could not be cut into "
+                        "packets and were left out (listed in capture_issues)")
+    gso = con.execute("""SELECT count(*), max(udp_payload_bytes), string_agg(DISTINCT replace(src_ep, '#', ' port '), ', ')
+                         FROM c_dgram WHERE gso""").fetchall()[0]
+    if gso[0]:
+        warnings.append(f"{path}: {gso[0]} UDP datagrams of up to {gso[1]} bytes (sent by {gso[2]}) are UDP GSO "
+                        f"super-frames that tshark cannot split: the packets inside them are missing; "
+                        f"{GSO_REMEDY}")
+    return warnings

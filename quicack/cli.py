@@ -22,9 +22,9 @@ from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progre
 from . import campaign, firstflight, ingest, qlogwriter, targets
 from . import merge as merge_mod
 from . import probe as probe_mod
-from . import report as report_module
 from . import scan as scan_mod
 from . import serve as serve_mod
+from .compare import compare_files
 from .model import QuicackError, Summary
 from .store import Store
 
@@ -45,12 +45,14 @@ def _fail(e: QuicackError) -> None:
 def main() -> None:
     """quicack: measure how QUIC endpoints acknowledge packets.
 
-    Ingest qlog traces into a DuckDB store (analyze), export it (export), or run the demo.
+    Ingest qlog traces and packet captures into a DuckDB store (analyze), cross-check two views
+    of one connection (compare), export the store (export), or run the demo.
     Real third-party QUIC servers for local tests: peers.
     """
 
 
-def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool) -> Summary:
+def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
+                 quic_ports: tuple[int, ...] = ()) -> Summary:
     files = ingest.expand(paths)
     total = sum(f.stat().st_size for f in files)
     show = not quiet and err.is_terminal and (len(files) > 1 or total > 20_000_000)
@@ -60,7 +62,8 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool) -> Summary:
 
         def step(path: Path, size: int) -> None:
             bar.update(task, advance=size, description=path.name[:40])
-        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step)
+        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step, keylog=keylog,
+                              quic_ports=quic_ports)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
@@ -104,16 +107,25 @@ def _print_table(title: str, frame) -> None:
 @click.option("--reanalyze", is_flag=True,
               help="Ingest files again even if this analysis version already holds them.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def analyze(paths, db, reanalyze, quiet):
-    """Ingest qlog traces (files or folders, searched recursively) into the store.
+@click.option("--keylog", type=click.Path(exists=True, dir_okay=False),
+              help="TLS key log (SSLKEYLOGFILE format) decrypting the captures; default: a "
+                   "<capture>.keys, keys.log or sslkeylog file beside each capture.")
+@click.option("--quic-port", "quic_ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
+              help="Decode this UDP port as QUIC in captures (repeatable); tshark's heuristics "
+                   "find QUIC on most ports by themselves.")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports):
+    """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
-    or NDJSON, each optionally gzipped.  Each file is ingested in its own transaction; a file
-    already ingested (same SHA-256, same analysis version) is skipped.  Exits 1 if any file was
-    refused; the others are still stored.
+    or NDJSON, and pcap/pcapng captures (decrypted and dissected by tshark), each optionally
+    gzipped.  Captures are decrypted with --keylog, a key log beside them, or the Decryption
+    Secrets Block of a pcapng; without secrets only Initial packets decrypt (the summary says
+    what was not decrypted).  Each file is ingested in its own transaction; a file already
+    ingested (same SHA-256, same analysis version, same key log) is skipped.  Exits 1 if any
+    file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports)
     except QuicackError as e:
         _fail(e)
     _print_summary(summary, db)
@@ -122,6 +134,59 @@ def analyze(paths, db, reanalyze, quiet):
 
 #: Exporting every connection as qlog without naming them is allowed up to this many.
 QLOG_EXPORT_ALL_LIMIT = 50
+
+
+@main.command()
+@click.argument("a", type=click.Path(exists=True, dir_okay=False))
+@click.argument("b", type=click.Path(exists=True, dir_okay=False))
+@click.option("--keylog", type=click.Path(exists=True, dir_okay=False),
+              help="TLS key log for a capture among A and B (default: one beside it).")
+@click.option("--tolerance-ms", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Largest time difference accepted for a packet.")
+@click.option("--strict", is_flag=True,
+              help="Apply the tolerance to received packets too (by default a qlog may log a "
+                   "received packet later than the capture saw it, never earlier).")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
+              help="Differences listed per connection.")
+def compare(a, b, keylog, tolerance_ms, strict, limit):
+    """Cross-check two views of the same connection(s), e.g. a capture and a qlog.
+
+    Both files are ingested into a temporary in-memory store, connections are paired by
+    original destination connection ID, and packets by (sender, packet number space, packet
+    number).  Lists packets only one side has, different packet types, frame lists (ACK ranges,
+    ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
+    when the views agree, 1 when they differ or a file cannot be read.
+    """
+    with Store(":memory:") as store:
+        results = [store.ingest(path, keylog=keylog) for path in (a, b)]
+        for r in results:
+            for w in r.warnings:
+                click.echo(f"warning: {w}", err=True)
+            if r.error:
+                _fail(QuicackError(r.error))
+        if results[1].status == "unchanged":
+            _fail(QuicackError("A and B hold the same bytes: nothing to compare", b))
+        try:
+            pairs = compare_files(store.con, 1, 2, tolerance_ms, strict)
+        except QuicackError as e:
+            _fail(e)
+    failed = False
+    for pair in pairs:
+        click.echo(f"connection {pair.odcid or '?'}: A {pair.a_vantage}, B {pair.b_vantage}: "
+                   f"{pair.matched} packets in both, {pair.only_a} only in A, {pair.only_b} only in B")
+        for sender, (n, med_abs, max_abs, med) in pair.time_stats.items():
+            click.echo(f"  {sender}-sent packets: time B − A median {med:+.3f} ms, "
+                       f"|B − A| median {med_abs:.3f} ms, max {max_abs:.3f} ms ({n} packets)")
+        if pair.ok:
+            click.echo("  no differences")
+            continue
+        failed = True
+        click.echo(f"  {len(pair.differences)} differences:")
+        for d in pair.differences[:limit]:
+            click.echo(f"    {d.sender} {d.space or '-'} pn {d.packet_number}: {d.detail}")
+        if len(pair.differences) > limit:
+            click.echo(f"    … {len(pair.differences) - limit} more (--limit)")
+    sys.exit(1 if failed else 0)
 
 
 @main.command()
@@ -162,12 +227,13 @@ def export(db, directory, qlog_path, connections):
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="HTML file to write  [default: reports/<store name>.html]")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
-@click.option("--max-connections", default=report_module.DEFAULT_MAX_CONNECTIONS, show_default=True,
+@click.option("--max-connections", default=12, show_default=True,
               help="Connections that get a section of their own.")
 def report(db, out, open_browser, max_connections):
     """Write a self-contained HTML report of the store (plotly, works offline): handshake classes,
     gaps, first ACK delays and PTOs, ACK policy of transfers, per-connection sequence diagrams and
     RTT/PTO replay next to the logged values."""
+    from . import report as report_module  # plotly loads only for reports
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     out = out or str(Path("reports") / (Path(db).stem + ".html"))
@@ -242,6 +308,8 @@ def demo(db, quiet):
                    f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
     click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
                f"qlog and TLS keys: {result.out_dir}")
+    from . import report as report_module  # plotly loads only for reports
+
     out = Path("reports") / (Path(db).stem + ".html")
     try:
         with Store(db, read_only=True) as store:

@@ -1,8 +1,9 @@
 """`quicack analyze` as a Python function: expand paths, ingest each file, collect a summary.
 
 Theory of operation: folders are walked recursively for trace files (qlog, sqlog, their gzip
-forms, NDJSON and JSON); each file is handed to :meth:`quicack.store.Store.ingest`, which commits
-or rolls back that file alone.  Progress is reported through a callback so the CLI can draw it.
+forms, NDJSON and JSON) and captures (pcap, pcapng, also gzipped); each file is handed to
+:meth:`quicack.store.Store.ingest`, which commits or rolls back that file alone.  Progress is
+reported through a callback so the CLI can draw it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .model import QuicackError, Summary
+from .pcap import CAPTURE_SUFFIXES
 from .store import Store
 
 TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", ".sqlog.gz",
@@ -19,7 +21,7 @@ TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", "
 
 def is_trace_file(path: Path) -> bool:
     name = path.name.lower()
-    return name.endswith(TRACE_SUFFIXES)
+    return name.endswith(TRACE_SUFFIXES + CAPTURE_SUFFIXES)
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -37,16 +39,19 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", reanalyze: bool = False,
-            progress: Callable[[Path, int], None] | None = None) -> Summary:
+            progress: Callable[[Path, int], None] | None = None, keylog: str | Path | None = None,
+            quic_ports: Iterable[int] = ()) -> Summary:
     """Ingest every trace under ``paths`` into the store ``db``; return what happened per file.
 
-    ``progress(path, size_bytes)`` is called after each file.
+    ``progress(path, size_bytes)`` is called after each file.  Captures are decrypted with
+    ``keylog`` (else a key log beside each capture); ``quic_ports`` are decoded as QUIC.
     """
     files = expand(paths)
     summary = Summary()
     with Store(db) as store:
         for path in files:
-            summary.files.append(store.ingest(path, reanalyze=reanalyze))
+            summary.files.append(store.ingest(path, reanalyze=reanalyze, keylog=keylog,
+                                              quic_ports=tuple(quic_ports)))
             if progress:
                 progress(path, path.stat().st_size)
     return summary

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import orjson
 
-from . import capture, cidtag, probe, scanstore, targets
+from . import cidtag, dumpcap, probe, scanstore, targets
 from .model import QuicackError
 from .store import Store
 
@@ -180,7 +180,7 @@ def versions() -> dict:
         mine = metadata.version("quicack")
     except metadata.PackageNotFoundError:
         mine = "unknown"
-    return {"quicack": mine, "aioquic": aioquic.__version__, "tshark": capture.tshark_version(),
+    return {"quicack": mine, "aioquic": aioquic.__version__, "tshark": dumpcap.tshark_version(),
             "python": platform.python_version()}
 
 
@@ -787,7 +787,7 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
             ports = {targets.DEFAULT_PORT} | {p for _, p in opts.resolve.values()}
             interface = opts.pcap_interface or ("lo" if opts.resolve and all(
                 targets.is_special(a) for a, _ in opts.resolve.values()) else "any")
-            cap = capture.start(pcap_path, ports, interface)
+            cap = dumpcap.start(pcap_path, ports, interface)
         try:
             with probe.tuned_gc():
                 interrupted = asyncio.run(_scan(opts, store, run_id, run_tag, out_dir, progress,

@@ -16,16 +16,21 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
-from . import analysis, normalize, reader, scanstore
+from . import analysis, capture, normalize, pcap, reader, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
+
+if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
+    import polars as pl
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
-                     "dropped_packets", "timers", "other_events", "rtt_samples")
+                     "dropped_packets", "timers", "other_events", "rtt_samples", "capture_connections")
+#: Tables holding rows per file besides ``files`` (captures).
+FILE_TABLES = ("capture_files", "capture_issues")
 
 
 def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
@@ -138,10 +143,14 @@ class Store:
 
     # --- ingest ------------------------------------------------------------------------------
 
-    def ingest(self, path: str | Path, reanalyze: bool = False) -> FileResult:
-        """Ingest one qlog file in one transaction.  A refused file is a result, not an exception."""
+    def ingest(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
+               quic_ports: tuple[int, ...] = ()) -> FileResult:
+        """Ingest one qlog file or capture in one transaction.  A refused file is a result, not an
+        exception.  Captures are decrypted with ``keylog`` (else a key log beside them) and
+        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say."""
         path = Path(path)
         name = str(path)
+        is_capture = pcap.is_capture(path)
         try:
             with open(path, "rb") as f:
                 digest = hashlib.file_digest(f, "sha256").hexdigest()
@@ -151,18 +160,25 @@ class Store:
         previous = self.con.execute(
             "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
         if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
-            return FileResult(name, "unchanged", file_id=previous[0][0])
+            if not is_capture or self._same_secrets([f for f, _ in previous], path, keylog):
+                return FileResult(name, "unchanged", file_id=previous[0][0])
 
         self.con.execute("BEGIN")
         try:
             for file_id, _ in previous:
                 self._delete_file(file_id)
-            staged = reader.stage(self.con, path)
-            normalize.load_traces(self.con, staged.traces)
+            if is_capture:
+                staged = pcap.stage(self.con, path, keylog, quic_ports)
+            else:
+                staged = reader.stage(self.con, path)
+                normalize.load_traces(self.con, staged.traces)
             file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
             first_connection = self.con.execute(
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
-            normalize.normalize(self.con, file_id, first_connection)
+            if is_capture:
+                capture.normalize(self.con, file_id, first_connection, staged)
+            else:
+                normalize.normalize(self.con, file_id, first_connection)
             analysis.analyze(self.con, first_connection)
             scanstore.link_probes(self.con, file_id, digest)
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
@@ -187,7 +203,16 @@ class Store:
         for table in CONNECTION_TABLES:
             self.con.execute(f"DELETE FROM {table} WHERE connection_id IN {ids}", [file_id])
         self.con.execute("DELETE FROM connections WHERE file_id = ?", [file_id])
+        for table in FILE_TABLES:
+            self.con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
         self.con.execute("DELETE FROM files WHERE file_id = ?", [file_id])
+
+    def _same_secrets(self, file_ids: list[int], path: Path, keylog: str | Path | None) -> bool:
+        """Whether a capture was ingested with the key log it would be decrypted with now."""
+        wanted = pcap.secrets_fingerprint(path, Path(keylog) if keylog else None)
+        used = self.con.execute("SELECT keylog_sha256 FROM capture_files WHERE file_id IN "
+                                f"({', '.join('?' * len(file_ids))})", file_ids).fetchall()
+        return bool(used) and all(u == wanted for (u,) in used)
 
     def _file_result(self, file_id: int, name: str, warnings: list[str]) -> FileResult:
         ids = "(SELECT connection_id FROM connections WHERE file_id = $id)"

@@ -199,6 +199,45 @@ CREATE TABLE IF NOT EXISTS rtt_samples (
     rttvar_diff_ms       DOUBLE
 );
 
+-- Captures (pcap/pcapng through tshark): what the packets tables cannot say.
+CREATE TABLE IF NOT EXISTS capture_files (
+    file_id               BIGINT PRIMARY KEY,
+    tshark_version        VARCHAR NOT NULL,
+    secrets               VARCHAR NOT NULL,
+    keylog_path           VARCHAR,
+    keylog_sha256         VARCHAR,
+    decode_as_ports       INTEGER[] NOT NULL,
+    frames                BIGINT NOT NULL,
+    quic_datagrams        BIGINT NOT NULL,
+    quic_packets          BIGINT NOT NULL,
+    packets_not_decrypted BIGINT NOT NULL,
+    gso_superframes       BIGINT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS capture_connections (
+    connection_id         BIGINT PRIMARY KEY,
+    client_address        VARCHAR,
+    client_port           INTEGER,
+    server_address        VARCHAR,
+    server_port           INTEGER,
+    quic_version          VARCHAR,
+    tshark_connection     INTEGER,
+    datagrams             BIGINT NOT NULL,
+    packets_not_decrypted BIGINT NOT NULL,
+    gso_superframes       BIGINT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS capture_issues (
+    file_id        BIGINT NOT NULL,
+    connection_id  BIGINT,
+    frame_number   BIGINT NOT NULL,
+    epoch_ms       DOUBLE,
+    kind           VARCHAR NOT NULL,
+    packet_type    VARCHAR,
+    size_bytes     INTEGER,
+    detail         VARCHAR
+);
+
 -- Scans (schema version 3): one row per run, one per probe (target × repetition).
 
 CREATE TABLE IF NOT EXISTS runs (

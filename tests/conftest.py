@@ -52,3 +52,11 @@ def ensure_command(command: str, package: str) -> str:
         pytest.fail(f"{command} is missing and `apt-get install {package}` did not provide it:\n"
                     f"{update.stderr[-2000:]}\n{install.stdout[-2000:]}\n{install.stderr[-2000:]}")
     return found
+
+
+@pytest.fixture(scope="session")
+def tshark() -> str:
+    """The real tshark (and editcap, same package), installed from Debian when missing: the
+    capture tests run it rather than skip."""
+    ensure_command("editcap", "tshark")
+    return ensure_command("tshark", "tshark")

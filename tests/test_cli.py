@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 
 import polars as pl
@@ -92,3 +93,40 @@ def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypat
     assert " wfc  " in lines["127.0.0.101:14433"] and " wfc  " in lines["127.0.0.110:14433"]
     report = tmp_path / "reports" / "demo.html"
     assert "report: reports/demo.html (" in result.output and report.stat().st_size > 10_000
+
+
+CAPTURE = DATA / "local/aioquic-aioquic-handshake/cap.pcapng"
+KEYS = DATA / "local/aioquic-aioquic-handshake/keys.log"
+
+
+def test_analyze_picks_captures_from_folders_and_decrypts_them(tmp_path, tshark):
+    """A folder with a capture (keys.log beside it), a gzipped copy elsewhere and a qlog."""
+    folder = tmp_path / "traces" / "run1"
+    folder.mkdir(parents=True)
+    shutil.copy(CAPTURE, folder / "cap.pcapng")
+    shutil.copy(KEYS, folder / "keys.log")  # found beside the capture, not ingested itself
+    other = tmp_path / "traces" / "run2"
+    other.mkdir()
+    (other / "cap.pcapng.gz").write_bytes(gzip.compress(CAPTURE.read_bytes()))
+    shutil.copy(CLIENT, other / "c.qlog")
+    db = tmp_path / "q.duckdb"
+    result = run("analyze", tmp_path / "traces", "--db", db)
+    assert result.exit_code == 0, result.output
+    assert f"files: 3 (3 ingested, 0 unchanged, 0 refused) into {db}" in result.output
+    # by hand (tshark without keys): 8 of the 11 packets are Handshake/1-RTT and do not decrypt
+    assert (f"warning: {other / 'cap.pcapng.gz'}: 8 of 11 QUIC packets not decrypted (1RTT 6, "
+            "handshake 2); no TLS key log found") in result.output
+    assert result.output.count("warning:") == 1
+    keyed = run("analyze", other / "cap.pcapng.gz", "--keylog", KEYS, "--db", db)
+    assert keyed.exit_code == 0, keyed.output
+    assert keyed.output.splitlines()[0] == f"files: 1 (1 ingested, 0 unchanged, 0 refused) into {db}"
+    assert "warning" not in keyed.output
+
+
+def test_analyze_capture_options_are_checked(tmp_path, tshark):
+    missing = run("analyze", CAPTURE, "--keylog", tmp_path / "none.log", "--db", tmp_path / "q.duckdb")
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert run("analyze", CAPTURE, "--quic-port", "0", "--db", tmp_path / "q.duckdb").exit_code == 2
+    ok = run("analyze", CAPTURE, "--quic-port", "4433", "--db", tmp_path / "q.duckdb")
+    assert ok.exit_code == 0, ok.output
+    assert "connections: 1  packets: 11  events: 11" in ok.output

@@ -105,3 +105,34 @@ def test_summary_by_class_in_analyze_output(tmp_path):
     assert table[0].split() == ["class", "connections", "median_gap_ms", "median_first_ack_delay_ms", "median_first_pto_ms"]
     assert table[1].split() == ["iack", "1", "2.000", "0.000", "516.000"]
     assert table[2].split()[:2] == ["wfc", "1"]
+
+
+ZEEK = DATA / "zeek/testing/btest/Traces/quic"
+
+
+@pytest.mark.usefixtures("tshark")
+def test_zeek_cloudflare_capture_is_an_instant_ack(store):
+    # tshark -r firefox-…-cloudflare-com.pcap -Y quic -T fields -e frame.time_relative -e udp.srcport
+    #   -e quic.long.packet_type -e quic.packet_number -e quic.frame_type -e quic.ack.ack_delay:
+    #   0.023224 443 0 0 2 79   (Initial pn 0: ACK only, raw delay 79 → 79 × 2^3 µs = 0.632 ms)
+    #   0.024100 443 0 1 6      (Initial pn 1: CRYPTO, the ServerHello) → gap 0.876 ms
+    (c,) = one(store, ZEEK / "firefox-102.13.0esr-blog-cloudflare-com.pcap")
+    assert (c["handshake_class"], c["handshake_reason"], c["first_ack_frames"]) == ("iack", "instant_ack", "ack")
+    assert c["ack_sh_gap_ms"] == pytest.approx(0.876, abs=1e-6)
+    assert c["first_ack_delay_ms"] == pytest.approx(0.632) and c["first_ack_delay_exponent"] == 3
+    assert c["first_server_packet_ms"] == pytest.approx(23.224, abs=1e-6)
+    # the client's view: first sample 23.224 ms → PTO 69.672; with WFC it would have been
+    # 24.100 ms → 72.300 ms
+    assert c["first_rtt_sample_ms"] == pytest.approx(23.224, abs=1e-6)
+    assert c["counterfactual_first_pto_ms"] == pytest.approx(3 * 24.100, abs=1e-6)
+
+
+@pytest.mark.usefixtures("tshark")
+@pytest.mark.parametrize("name, sh_ms", [("curl-8.1.2-dev-http3-www-google-de.pcap", 40.222),
+                                         ("quic_win11_firefox_google.pcap", None)])
+def test_zeek_google_captures_wait_for_the_certificate(store, name, sh_ms):
+    # curl/Google: 0.040222 443 Initial pn 1 frames 2,6,0 (ACK, CRYPTO, PADDING), ack_delay 0
+    (c,) = one(store, ZEEK / name)
+    assert (c["handshake_class"], c["ack_sh_gap_ms"]) == ("wfc", 0.0)
+    if sh_ms is not None:
+        assert c["server_hello_ms"] == pytest.approx(sh_ms, abs=1e-6) and c["first_ack_delay_ms"] == 0.0

@@ -1,0 +1,150 @@
+"""Benchmark: pcap ingest packets/s next to raw tshark and pyshark on the same capture.
+
+Prints, from one run on one capture (≥ 30k packets; made on loopback with
+``benchmarks/make_capture.py`` unless ``--capture`` is given):
+
+* raw ``tshark -T fields`` writing the same fields with the same options to /dev/null
+  (the target's yardstick: quicack's ingest must reach ≥ 0.7× its packets/s);
+* ``quicack analyze`` on the capture into a fresh store, as a user runs it (new process:
+  Python start-up, tshark, DuckDB normalization and commit all included);
+* pyshark's ``FileCapture`` iterating packets and reading one QUIC field (the per-packet object
+  API), timed on the first ``--pyshark-packets`` packets (it is ~50× slower);
+* optionally (``--default-dissectors``) raw tshark with every dissector on (HTTP/3 included),
+  which is what an unconfigured ``tshark -T fields`` costs on an HTTP/3 transfer.
+
+Packets are captured frames (what tshark counts).  Times are wall clock on a shared 2-core
+machine: raw tshark and quicack are run ``--repeat`` times, interleaved, and the best run of each
+gives the ratio (all runs and the CPU seconds of each are printed too).
+
+    python benchmarks/pcap_ingest.py [--capture FILE --keylog FILE] [--bytes 40000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from quicack import pcap  # noqa: E402
+
+
+def wall(cmd: list[str], **kwargs) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, **kwargs)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def frames_in(capture: Path) -> int:
+    out = subprocess.run(["capinfos", "-c", "-M", str(capture)], capture_output=True, text=True, check=True).stdout
+    return int(out.strip().splitlines()[-1].split(":")[-1].strip())
+
+
+def raw_tshark(capture: Path, keylog: Path | None, default_dissectors: bool = False) -> tuple[float, float]:
+    cmd = [pcap.tshark_binary(), "-r", str(capture), "-n", "-T", "fields", "-E", "separator=/t",
+           "-E", "occurrence=a", "-E", "aggregator=,"]
+    if not default_dissectors:
+        cmd += ["--disable-protocol", "http3"]
+    if keylog:
+        cmd += ["-o", f"tls.keylog_file:{keylog}"]
+    for f in pcap.ALL_FIELDS:
+        if f != "quicack.layout":
+            cmd += ["-e", f]
+    return wall(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def quicack_analyze(capture: Path, keylog: Path | None, workdir: Path) -> tuple[float, float]:
+    db = workdir / "bench.duckdb"
+    db.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "quicack.cli", "analyze", "-q", "--db", str(db), str(capture)]
+    if keylog:
+        cmd += ["--keylog", str(keylog)]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    return wall(cmd, stdout=subprocess.DEVNULL, env=env)
+
+
+def pyshark_rate(capture: Path, keylog: Path | None, limit: int) -> tuple[int, float]:
+    import asyncio
+
+    import pyshark
+
+    asyncio.set_event_loop(asyncio.new_event_loop())  # make_capture's asyncio.run() left none
+    prefs = {"tls.keylog_file": str(keylog)} if keylog else {}
+    start = time.perf_counter()
+    cap = pyshark.FileCapture(str(capture), override_prefs=prefs, disable_protocol="http3",
+                              keep_packets=False)
+    n = 0
+    try:
+        for packet in cap:
+            if "quic" in packet:
+                getattr(packet.quic, "packet_length", None)
+            n += 1
+            if n >= limit:
+                break
+    finally:
+        cap.close()
+    return n, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--capture", type=Path, help="capture to use (default: make one)")
+    parser.add_argument("--keylog", type=Path, help="its TLS key log")
+    parser.add_argument("--bytes", type=int, default=40_000_000, help="transfer size of the capture made")
+    parser.add_argument("--pyshark-packets", type=int, default=3000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of raw tshark and of quicack")
+    parser.add_argument("--default-dissectors", action="store_true",
+                        help="also time raw tshark with HTTP/3 dissection on (slow)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="quicack-bench-") as tmp:
+        workdir = Path(tmp)
+        capture, keylog = args.capture, args.keylog
+        if capture is None:
+            import make_capture
+
+            print(f"making a capture: aioquic HTTP/3 GET of {args.bytes} bytes on loopback …", flush=True)
+            capture = make_capture.capture(workdir / "capture", args.bytes)
+            keylog = workdir / "capture" / "keys.log"
+        frames = frames_in(capture)
+        size = capture.stat().st_size
+        print(f"capture: {capture} ({frames} packets, {size / 1e6:.1f} MB), tshark {pcap.tshark_version(pcap.tshark_binary())}")
+        if frames < 30_000:
+            print("note: fewer than 30k packets; the target is defined on ≥ 30k")
+
+        raw_runs, ingest_runs = [], []
+        for _ in range(args.repeat):
+            raw_runs.append(raw_tshark(capture, keylog))
+            ingest_runs.append(quicack_analyze(capture, keylog, workdir))
+        n_py, t_py = pyshark_rate(capture, keylog, args.pyshark_packets)
+        t_raw, cpu_raw = min(raw_runs)
+        t_ingest, cpu_ingest = min(ingest_runs)
+        rows = [("raw tshark -T fields (same fields and options)", frames / t_raw, t_raw, cpu_raw),
+                ("quicack analyze (new process, whole ingest)", frames / t_ingest, t_ingest, cpu_ingest),
+                (f"pyshark FileCapture (first {n_py} packets)", n_py / t_py, t_py, None)]
+        if args.default_dissectors:
+            t_def, cpu_def = raw_tshark(capture, keylog, default_dissectors=True)
+            rows.append(("raw tshark -T fields, every dissector on (HTTP/3)", frames / t_def, t_def, cpu_def))
+        raw_rate = rows[0][1]
+        print(f"{'best of ' + str(args.repeat):52} {'packets/s':>10} {'seconds':>8} {'CPU s':>6} {'× raw':>6}")
+        for name, rate, seconds, cpu in rows:
+            cpu_text = f"{cpu:6.2f}" if cpu is not None else f"{'':6}"
+            print(f"{name:52} {rate:10.0f} {seconds:8.2f} {cpu_text} {rate / raw_rate:6.2f}")
+        print("all runs, wall s (CPU s): raw " + ", ".join(f"{w:.2f} ({c:.2f})" for w, c in raw_runs)
+              + "; quicack " + ", ".join(f"{w:.2f} ({c:.2f})" for w, c in ingest_runs))
+        ratio = rows[1][1] / raw_rate
+        print(f"target: quicack ≥ 0.7× raw tshark: {'met' if ratio >= 0.7 else 'NOT met'} ({ratio:.2f}×)")
+
+
+if __name__ == "__main__":
+    main()
