@@ -37,7 +37,6 @@ import contextlib
 import gc
 import socket
 import ssl
-import struct
 import time
 from dataclasses import dataclass, field
 
@@ -51,15 +50,14 @@ from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_transport_parameters
 from aioquic.tls import Epoch, Group, State
 
+from . import rxtime
+
 USER_AGENT = "quicack/0.1 (QUIC ACK measurement research scanner)"
 CRYPTO_ERROR = 0x100
 TLS_PADDING_EXTENSION = 21
 #: CRYPTO bytes one 1200-byte client Initial datagram carries with aioquic's headers
 CRYPTO_BYTES_PER_INITIAL = 1150
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SCM_TIMESTAMPNS = SO_TIMESTAMPNS
-TIMESPEC = struct.Struct("@qq")
 
 OUTCOMES = ("ok", "retry", "timeout", "version_negotiation", "tls_alert", "connection_closed",
             "refused", "error")
@@ -280,7 +278,7 @@ class Probe:
         try:
             sock = socket.socket(family, socket.SOCK_DGRAM)
             sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            rxtime.enable(sock)
             sock.connect((spec.address, spec.port))
         except OSError as e:
             self._finish("refused" if isinstance(e, ConnectionRefusedError) else "error",
@@ -310,7 +308,7 @@ class Probe:
     def _readable(self) -> None:
         while True:
             try:
-                data, anc, _flags, _addr = self.sock.recvmsg(65536, 64)
+                data, anc, _flags, _addr = self.sock.recvmsg(65536, rxtime.ANCILLARY_BYTES)
             except BlockingIOError:
                 break
             except ConnectionRefusedError:
@@ -319,20 +317,10 @@ class Probe:
             except OSError as e:
                 self._finish("refused", reason=f"ICMP error: {e.strerror or e}")
                 return
-            kernel_s = None
-            for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
-                    sec, nsec = TIMESPEC.unpack(payload[:TIMESPEC.size])
-                    kernel_s = sec + nsec * 1e-9
-            wall = time.time()
-            now_loop = self.loop.time()
-            if kernel_s is not None and kernel_s <= wall:
-                lag = wall - kernel_s
-                now_loop -= lag
-                self.lag_s = max(self.lag_s, lag)
-            else:
-                kernel_s = wall
-            self._receive(data, now_loop, kernel_s)
+            kernel_s = rxtime.kernel_time(anc)
+            now_loop, lag = rxtime.loop_time(kernel_s, self.loop.time())
+            self.lag_s = max(self.lag_s, lag)
+            self._receive(data, now_loop, kernel_s if lag else time.time())
             if self.done.done():
                 return
         self._after_io()

@@ -44,7 +44,6 @@ import asyncio
 import datetime
 import os
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -70,7 +69,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from . import targets
+from . import rxtime, targets
 from .model import QuicackError
 
 #: ACK behaviours a listener can have (see the module docstring).
@@ -385,26 +384,16 @@ class _UdpTransport:
         return self._sock if name == "socket" else default
 
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-TIMESPEC = struct.Struct("@qq")
-
-
 def _read_with_timestamps(sock: socket.socket, listener: QuicServer, clock: _ReceiveClock) -> None:
     """Read every waiting datagram with its kernel receive time and hand it to the listener."""
     for _ in range(64):  # bounded: let timers and other listeners run between bursts
         try:
-            data, ancillary, _flags, addr = sock.recvmsg(65536, 64)
+            data, ancillary, _flags, addr = sock.recvmsg(65536, rxtime.ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # e.g. ICMP errors on the socket: nothing to hand over
             continue
-        received = None
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                sec, nsec = TIMESPEC.unpack(payload[:TIMESPEC.size])
-                received = sec + nsec * 1e-9
-        now, wall = clock.loop.time(), time.time()
-        clock.current = now - max(0.0, wall - received) if received is not None else None
+        clock.current, _lag = rxtime.loop_time(rxtime.kernel_time(ancillary), clock.loop.time())
         try:
             listener.datagram_received(data, addr)
         finally:
@@ -478,7 +467,7 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
             family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_DGRAM)
             sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            rxtime.enable(sock)
             sock.bind((spec.host, spec.port))
         except OSError as e:
             running.close()
