@@ -7,6 +7,7 @@ others are still stored), 2 for usage errors (click's convention).
 from __future__ import annotations
 
 import sys
+import time
 import webbrowser
 from datetime import datetime
 from importlib import resources
@@ -15,9 +16,14 @@ from pathlib import Path
 import click
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeRemainingColumn)
 
-from . import ingest, qlogwriter
+from . import campaign, firstflight, ingest, qlogwriter, targets
+from . import merge as merge_mod
+from . import probe as probe_mod
+from . import scan as scan_mod
+from . import serve as serve_mod
 from .compare import compare_files
 from .model import QuicackError, Summary
 from .store import Store
@@ -245,9 +251,13 @@ def report(db, out, open_browser, max_connections):
 
 @main.command()
 @DB_OPTION
-def demo(db):
-    """Analyze the traces shipped with quicack (an aioquic client and server qlog of one
-    handshake) and print the summary and the server's first Initial packet."""
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def demo(db, quiet):
+    """The whole path on loopback, offline: analyze the traces shipped with quicack (an aioquic
+    client and server qlog of one handshake), start ten local servers with different ACK
+    behaviours (scanners/demo-servers.toml), scan the demo list against them
+    (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
+    looked like."""
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -261,13 +271,249 @@ def demo(db):
                    string_agg(f.frame_type, '+' ORDER BY f.position) AS frames
             FROM packets p JOIN connections c USING (connection_id)
             JOIN frames f USING (connection_id, event_index)
-            WHERE p.sender = 'server' AND p.packet_type = 'initial'
+            WHERE p.sender = 'server' AND p.packet_type = 'initial' AND c.file_id IN
+                  (SELECT file_id FROM files WHERE path LIKE '%client.qlog' OR path LIKE '%server.qlog')
             GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4""")
     click.echo("server Initial packets as each side logged them:")
     for row in first.iter_rows(named=True):
         click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
                   f"at {row['time_ms']:.3f} ms: {row['frames']}")
-    sys.exit(1 if summary.count("refused") else 0)
+
+    scanners = campaign.scanners_dir()
+    config = scanners / "demo-servers.toml"
+    try:
+        specs = {f"{s.host}:{s.port}": s for s in serve_mod.load_config(config)}
+        opts = scan_mod.ScanOptions(**{**campaign.load(scanners / "demo.toml"), "db": db})
+        click.echo(f"\nstarting {len(specs)} local servers ({config.name}) and scanning "
+                   f"{opts.list_path.rsplit('/', 1)[-1]} ({opts.repetitions} probes a name)")
+        with serve_mod.Child(config):
+            result = scan_mod.scan(opts)
+    except QuicackError as e:
+        _fail(e)
+    resumed = " (already in the store: resumed)" if result.resumed else ""
+    click.echo(f"run {result.run!r}{resumed}: {result.probes} probes; outcomes: "
+               + ", ".join(f"{k} {v}" for k, v in result.outcomes.items()))
+    with Store(db, read_only=True) as store:
+        servers = firstflight.per_server(store.con, result.run_id)
+    click.echo("first server Initial as the scanner received it, per server (most common; medians):")
+    click.echo(f"  {'server':<18} {'behaviour':<47} {'probes':>6}  {'first Initial':<14} "
+               f"{'class':<10} {'ACK→SH gap':>10}  {'first ACK':>9}")
+    for row in servers:
+        spec = specs.get(row["server"])
+        what = (f"{spec.mode}, cert delay {spec.cert_delay_ms:g} ms, extra delay "
+                f"{spec.extra_delay_ms:g} ms") if spec else "?"
+        gap = "" if row["gap_ms"] is None else f"{row['gap_ms']:.1f} ms"
+        ack = "" if row["first_ack_ms"] is None else f"{row['first_ack_ms']:.1f} ms"
+        click.echo(f"  {row['server']:<18} {what:<47} {row['probes']:>6}  "
+                   f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
+    click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
+               f"qlog and TLS keys: {result.out_dir}")
+    from . import report as report_module  # plotly loads only for reports
+
+    out = Path("reports") / (Path(db).stem + ".html")
+    try:
+        with Store(db, read_only=True) as store:
+            written = report_module.write_report(store, out, now=datetime.now().astimezone(),
+                                                 max_connections=report_module.DEFAULT_MAX_CONNECTIONS)
+    except QuicackError as e:
+        _fail(e)
+    click.echo(f"report: {out} ({written.figures} plots, {written.connections} connections)")
+    sys.exit(1 if summary.count("refused") or result.ingest_failures else 0)
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+@main.command()
+@click.option("--mode", type=click.Choice(serve_mod.MODES), default="wfc", show_default=True,
+              help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
+                   "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
+                   "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
+@click.option("--cert-delay-ms", type=float, default=0.0, show_default=True,
+              help="Time the ServerHello waits for the certificate (a remote certificate store).")
+@click.option("--extra-delay-ms", type=float, default=0.0, show_default=True,
+              help="Delay added to every datagram the server sends (a longer return path).")
+@click.option("--listen", "listens", multiple=True, metavar="IP[:PORT]",
+              help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
+                   "extra_delay_ms, server_header): many listeners with a mix of behaviours.")
+@click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
+@click.option("--server-header", default=None,
+              help="HTTP `server` header to answer with  [default: quicack-serve/MODE aioquic/VERSION]")
+def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header):
+    """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
+
+    \b
+    quicack serve --mode iack --cert-delay-ms 20 --listen 127.0.0.2:4433
+    quicack serve --config scanners/demo-servers.toml
+    """
+    import asyncio
+
+    try:
+        specs = serve_mod.load_config(config_path) if config_path else []
+        for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
+            host, port = serve_mod.parse_listen(listen)
+            spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
+                                          server_header=server_header)
+            serve_mod.check_spec(spec)
+            specs.append(spec)
+    except QuicackError as e:
+        _fail(e)
+
+    def ready(running) -> None:
+        for spec in running.specs:
+            click.echo(f"listening on {spec.describe()}")
+        click.echo("ready", err=True)
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(serve_mod.serve_forever(specs, qlog_dir, ready))
+    except QuicackError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+
+
+# --- scan ------------------------------------------------------------------------------------
+
+def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict,
+                  shard) -> "scan_mod.ScanOptions":
+    """Campaign values (LIST.toml) overridden by options given on the command line."""
+    values = campaign.load(list_path) if list_path.endswith(".toml") else {"list_path": list_path}
+    for name, value in given.items():
+        source = ctx.get_parameter_source(name)
+        if name not in values or source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            values[name] = value
+    values["resolve"] = {**values.get("resolve", {}), **resolve}
+    if shard is not None:
+        values["shard"] = shard
+    return scan_mod.ScanOptions(**values)
+
+
+@main.command()
+@click.argument("list_path", metavar="LIST", type=click.Path())
+@DB_OPTION
+@click.option("--run", help="Run name (default: the list file's name). Re-running a run resumes it.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for qlog files, the key log (and pcap); default DB-scans/RUN next to the store.")
+@click.option("--repetitions", "-n", type=click.IntRange(1, 255), default=3, show_default=True,
+              help="Probes per target.")
+@click.option("--spacing-s", type=float, default=1.0, show_default=True,
+              help="Time between the starts of a target's probes.")
+@click.option("--schedule", type=click.Choice(["spaced", "cold-warm"]), default="spaced",
+              show_default=True, help="cold-warm: a first probe after the address was idle "
+              "--cold-idle-s, then the others right after one another.")
+@click.option("--cold-idle-s", type=float, default=30.0, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(1), default=100, show_default=True,
+              help="Probes in flight at most.")
+@click.option("--rate", type=float, default=100.0, show_default=True,
+              help="Probes started per second at most (token bucket); 0 for no limit.")
+@click.option("--per-address", type=click.IntRange(1), default=4, show_default=True,
+              help="Probes in flight to one address at most (names often share a CDN address).")
+@click.option("--timeout-first-s", "first_response_timeout_s", type=float, default=3.0,
+              show_default=True, help="Wait for the server's first packet.")
+@click.option("--timeout-handshake-s", "handshake_timeout_s", type=float, default=5.0,
+              show_default=True, help="Then wait for the handshake to complete.")
+@click.option("--timeout-response-s", "response_timeout_s", type=float, default=5.0,
+              show_default=True, help="Then wait for the HTTP/3 response.")
+@click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET.")
+@click.option("--user-agent", default=probe_mod.USER_AGENT, show_default=True)
+@click.option("--split-clienthello", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Spread the ClientHello over N Initial packets (a TLS padding extension).")
+@click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
+              help="Address of a name (repeatable); wins over --hosts and the resolver.")
+@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),
+              help="Hosts file (ADDRESS NAME… per line; port 443).")
+@click.option("--family", type=click.Choice(["any", "4", "6"]), default="any", show_default=True,
+              help="Address family for names the system resolver resolves.")
+@click.option("--exclude", "exclude_file", type=click.Path(dir_okay=False),
+              help="Addresses, prefixes and names (*.suffix) never to probe, one a line.")
+@click.option("--allow-private", is_flag=True,
+              help="Probe private, loopback and reserved addresses (refused otherwise).")
+@click.option("--shard", "shard_value", metavar="K/N",
+              help="Probe only the K-th of N parts of the list (merge the stores with quicack merge).")
+@click.option("--workers", "-w", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Probing processes (one more process writes the store).")
+@click.option("--pcap", type=click.Path(dir_okay=False),
+              help="Capture the scan's UDP traffic with dumpcap into this pcapng file.")
+@click.option("--pcap-interface", help="Interface to capture on (default: lo for loopback targets, else any).")
+@click.option("--ingest-during", is_flag=True,
+              help="Ingest qlog files batch by batch while probing (default: once probing ends, "
+                   "so that ingest does not take CPU from the probes).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
+def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
+    """Probe every target of LIST over QUIC v1 + HTTP/3 and store each probe.
+
+    LIST is a Tranco list (rank,domain CSV, also zipped), a plain list (one name a line) or a
+    campaign file (scanners/*.toml).  Each probe keeps its qlog (OUT/qlog/) and TLS secrets
+    (OUT/sslkeylog.txt); the probes are ingested before the scan ends, so probes.connection_id
+    joins connections.  Re-running the same command resumes the run.  Ctrl-C stops cleanly
+    (probes in flight finish); a second Ctrl-C stops at once.
+    """
+    try:
+        opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
+                             scan_mod.parse_shard(shard_value))
+    except QuicackError as e:
+        _fail(e)
+    show = not quiet and err.is_terminal
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=err,
+                  disable=not show, transient=True) as bar:
+        task = bar.add_task("probing", total=None, rate="")
+        started = {}
+
+        def on_start(info: dict) -> None:
+            started.update(info, t=time.monotonic())
+            bar.update(task, total=info["total"], completed=info["stored"])
+            verb = "resuming" if info["resumed"] else "starting"
+            click.echo(f"{verb} run {info['run']!r}: {info['stored']} of {info['total']} probes "
+                       f"stored; files in {info['out_dir']}", err=True)
+
+        def on_progress(p) -> None:
+            if p.phase == "ingesting":
+                bar.update(task, total=p.files_to_ingest, completed=p.files_ingested,
+                           description="ingesting qlog files", rate="")
+                return
+            elapsed = max(1e-6, time.monotonic() - started.get("t", time.monotonic()))
+            label = "stopping (Ctrl-C again: now)" if p.stopping else "probing"
+            bar.update(task, completed=p.done, description=label,
+                       rate=f"{p.probed / elapsed:.0f} probes/s, {p.ingested} stored")
+
+        try:
+            summary = scan_mod.scan(opts, on_progress=on_progress, on_start=on_start)
+        except QuicackError as e:
+            _fail(e)
+        except KeyboardInterrupt:  # before probing started or after a second Ctrl-C
+            click.echo("interrupted: re-run the same command to resume", err=True)
+            sys.exit(130)
+    click.echo(f"run {summary.run!r} (id {summary.run_id}): {summary.probes} probes in {opts.db}; "
+               f"qlog and keys in {summary.out_dir}")
+    click.echo("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))
+    if summary.pcap:
+        click.echo(f"capture: {summary.pcap}")
+    for failure in summary.ingest_failures:
+        click.echo(f"error: {failure}", err=True)
+    if summary.interrupted:
+        click.echo("interrupted: re-run the same command to resume", err=True)
+        sys.exit(130)
+    sys.exit(1 if summary.ingest_failures else 0)
+
+
+@main.command()
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def merge(target, sources):
+    """Append the stores SOURCES (e.g. the shards of a scan) to TARGET (created if missing).
+
+    Keys are renumbered so every join keeps working; a run (name, shard) is merged only once.
+    """
+    try:
+        added = merge_mod.merge(target, list(sources))
+    except QuicackError as e:
+        _fail(e)
+    click.echo(f"merged {len(sources)} stores into {target}: {added.get('probes', 0)} probes, "
+               f"{added.get('connections', 0)} connections, {added.get('files', 0)} files")
 
 
 @main.group()

@@ -15,8 +15,8 @@ from enum import StrEnum
 #: asked (``--reanalyze``) or when the file was ingested by another analysis version.
 ANALYSIS_VERSION = 2
 
-#: Version of ``schemas/store.sql``; recorded in ``store_meta``.
-SCHEMA_VERSION = 2
+#: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
+SCHEMA_VERSION = 3
 
 
 class QuicackError(Exception):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from . import analysis, capture, normalize, pcap, reader
+from . import analysis, capture, normalize, pcap, reader, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
@@ -60,7 +60,9 @@ INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB"}
 
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _add_missing_columns}
+#: 2 → 3: tables runs and probes (scans).
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _add_missing_columns,
+                                                                    2: _add_missing_columns}
 
 
 def schema_sql() -> str:
@@ -82,7 +84,7 @@ def schema_columns() -> dict[str, list[tuple[str, str]]]:
         columns = []
         for line in body.splitlines():
             line = line.split("--", 1)[0].strip().rstrip(",")
-            if line:
+            if line and not re.match(r"(PRIMARY|UNIQUE|CHECK|FOREIGN)\b", line):  # table constraints
                 name, definition = line.split(None, 1)
                 columns.append((name, definition.replace(" PRIMARY KEY", "")))
         tables[table] = columns
@@ -241,6 +243,7 @@ class Store:
                 return unchanged
             for previous_id, _ in self._previous(digest.value()):
                 self._delete_file(previous_id)
+            scanstore.link_probes(self.con, file_id, digest.value())
             self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 file_id, name, digest.value(), path.stat().st_size, staged.format, staged.qlog_version,
                 ANALYSIS_VERSION, datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])

@@ -1,4 +1,4 @@
--- quicack store, schema version 2.
+-- quicack store, schema version 3.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 
@@ -236,4 +236,75 @@ CREATE TABLE IF NOT EXISTS capture_issues (
     packet_type    VARCHAR,
     size_bytes     INTEGER,
     detail         VARCHAR
+);
+
+-- Scans (schema version 3): one row per run, one per probe (target × repetition).
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          BIGINT PRIMARY KEY,
+    name            VARCHAR NOT NULL,
+    shard           VARCHAR NOT NULL,
+    cid_run_tag     INTEGER NOT NULL,
+    list_path       VARCHAR,
+    list_sha256     VARCHAR,
+    targets         BIGINT,
+    repetitions     INTEGER NOT NULL,
+    arguments       JSON NOT NULL,
+    host            VARCHAR NOT NULL,
+    started_at      TIMESTAMP NOT NULL,
+    resumed_at      TIMESTAMP[] NOT NULL,
+    finished_at     TIMESTAMP,
+    quicack_version VARCHAR NOT NULL,
+    aioquic_version VARCHAR NOT NULL,
+    tshark_version  VARCHAR,
+    python_version  VARCHAR NOT NULL,
+    output_dir      VARCHAR NOT NULL,
+    pcap_path       VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS probes (
+    run_id              BIGINT NOT NULL,
+    target_index        BIGINT NOT NULL,
+    repetition          INTEGER NOT NULL,
+    domain              VARCHAR NOT NULL,
+    rank                BIGINT,
+    address             VARCHAR,
+    port                INTEGER,
+    schedule            VARCHAR NOT NULL,
+    outcome             VARCHAR NOT NULL,
+    timeout_phase       VARCHAR,
+    error_code          BIGINT,
+    error_frame_type    BIGINT,
+    error_reason        VARCHAR,
+    cid_tag             VARCHAR,
+    started_epoch_ms    DOUBLE,
+    first_datagram_ms   DOUBLE,
+    first_ack_ms        DOUBLE,
+    server_hello_ms     DOUBLE,
+    handshake_ms        DOUBLE,
+    ttfb_ms             DOUBLE,
+    response_ms         DOUBLE,
+    duration_ms         DOUBLE,
+    loop_lag_ms         DOUBLE,
+    http_status         INTEGER,
+    server_header       VARCHAR,
+    alt_svc             VARCHAR,
+    response_bytes      BIGINT,
+    alpn                VARCHAR,
+    tls_cipher          VARCHAR,
+    cert_subject        VARCHAR,
+    cert_issuer         VARCHAR,
+    server_transport_parameters JSON,
+    clienthello_bytes   INTEGER,
+    clienthello_packets INTEGER,
+    split_clienthello   INTEGER NOT NULL,
+    datagrams_sent      INTEGER,
+    datagrams_received  INTEGER,
+    qlog_path           VARCHAR,
+    qlog_trace_index    INTEGER,
+    qlog_sha256         VARCHAR,
+    keylog_path         VARCHAR,
+    connection_id       BIGINT,
+    worker              INTEGER,
+    PRIMARY KEY (run_id, target_index, repetition)
 );

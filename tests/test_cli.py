@@ -69,7 +69,8 @@ def test_export_parquet(tmp_path):
     assert missing.output == f"error: {tmp_path / 'none.duckdb'}: no such store\n"
 
 
-def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path):
+def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the demo writes reports/demo.html here
     result = run("demo", "--db", tmp_path / "demo.duckdb")
     assert result.exit_code == 0, result.output
     assert "files: 2 (2 ingested" in result.output
@@ -77,6 +78,21 @@ def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path):
     assert "   client received pn 0 at" in result.output
     assert "   server sent     pn 0 at" in result.output
     assert result.output.count(": ack+crypto") == 2
+    # then ten local servers, 50 names × 3 probes, and each server's first flight as scanned
+    # (scanners/demo-servers.toml says which listener has which behaviour)
+    assert "run 'demo': 150 probes; outcomes: ok 135, retry 15" in result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.startswith("  127.0.0.")}
+    assert len(lines) == 10
+    for address in ("127.0.0.101:14433", "127.0.0.102:14433", "127.0.0.103:14433", "127.0.0.110:14433"):
+        assert " wfc" in lines[address] or " retry" in lines[address]
+        assert "ack+crypto" in lines[address] and " 0.0 ms" in lines[address]
+    for address in ("127.0.0.104:14433", "127.0.0.105:14433", "127.0.0.106:14433", "127.0.0.108:14433"):
+        assert " iack," in lines[address] and "  ack  " in lines[address] and " iack  " in lines[address]
+    assert " iack-ping," in lines["127.0.0.107:14433"] and "ack+ping" in lines["127.0.0.107:14433"]
+    assert " iack_ping " in lines["127.0.0.107:14433"]
+    assert " wfc  " in lines["127.0.0.101:14433"] and " wfc  " in lines["127.0.0.110:14433"]
+    report = tmp_path / "reports" / "demo.html"
+    assert "report: reports/demo.html (" in result.output and report.stat().st_size > 10_000
 
 
 CAPTURE = DATA / "local/aioquic-aioquic-handshake/cap.pcapng"
