@@ -55,8 +55,10 @@ SYNC_HASH_BYTES = 8 << 20
 
 #: DuckDB settings while a qlog is ingested: the buffer pool is capped (a slice of
 #: reader.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
-#: file early) and the allocator hands freed memory back sooner.
-INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB"}
+#: file early), the allocator hands freed memory back sooner, and queries see the per-slice Arrow
+#: tables of quicack.normalize by name.  The previous values are restored afterwards.
+INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB",
+                   "python_enable_replacements": "true", "python_scan_all_frames": "false"}
 
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
