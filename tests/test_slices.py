@@ -99,10 +99,11 @@ SEQ_HEADER = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
                         "common_fields": {"reference_time": 1_700_000_000_000}}}
 
 
-def test_json_seq_records_cut_by_slices_and_reads(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_json_seq_records_cut_by_slices_and_reads(tmp_path, monkeypatch, gz):
     # 64-byte reads and 2500-byte slices: records straddle both boundaries; three connections
     # (group_id) interleave, so every slice carries state for each of them.
-    path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(120, groups=3))
+    path = write_seq(tmp_path / ("t.sqlog.gz" if gz else "t.sqlog"), SEQ_HEADER, _events(120, groups=3), gz=gz)
     got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 2500, min_slices=10, chunk_bytes=64)
     assert len(got["connections"]) == 3 and len(got["packets"]) == 120
     assert len(got["frames"]) == 360 and len(got["other_events"]) == 18
