@@ -202,7 +202,11 @@ def _open_lines(path: Path, name: str, stream, head: bytes, fmt: str, compressed
     first_record = _first_record(text[body_offset:])
     traces = [qlog.describe_trace(header, trace_headers[0], 0, _first_time(first_record, trace_headers[0]))]
     source = Source(name, fmt, version, traces, size)
-    source._slices = _line_slices(source, stream, text, body_offset, compressed, fmt, unit)
+    if compressed:
+        source._slices = _line_slices(source, stream, text, body_offset, compressed, fmt, unit)
+    else:
+        stream.close()
+        source._slices = _file_slices(source, path, body_offset, fmt)
     source._diagnose = lambda e: _bad_record(path, name, unit, e)
     return source
 
@@ -262,6 +266,84 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                             long_lines)
             else:
                 _unlink(tmp)
+
+
+def _file_slices(source: Source, path: Path, offset: int, fmt: str) -> Iterator[Slice]:
+    """Slices of an uncompressed stream: byte ranges ending at a newline, copied by the kernel
+    (record separators stay: DuckDB's CSV reader splits them off); a record cut off at the end
+    of the file is left out with a warning."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        end_of_records = _last_newline(fd, size, offset) + 1 or offset
+        tail = os.pread(fd, size - end_of_records, end_of_records) if size > end_of_records else b""
+        if tail.strip(b" \t\r\n\x1e"):
+            if _incomplete_tail(tail.replace(RS, b"\n")):
+                start = end_of_records + (tail.find(RS) if fmt == "json-seq" and RS in tail else 0)
+                source.warnings.append(f"{source.name}: last record cut short at byte {start} (file ends at "
+                                       f"byte {size}); kept every complete event before it")
+            else:
+                end_of_records = size  # the last record lacks its newline only
+        pos = offset
+        while pos < end_of_records:
+            end = end_of_records
+            if pos + SLICE_BYTES < end_of_records:
+                end = _last_newline(fd, pos + SLICE_BYTES, pos) + 1 or _next_newline(fd, pos + SLICE_BYTES) + 1
+            out_fd, tmp = source._temp(".ndjson")
+            try:
+                _copy_range(fd, out_fd, pos, end)
+            finally:
+                os.close(out_fd)
+            yield Slice(0, tmp, "lines", end, _has_long_line_in(fd, pos, end))
+            pos = end
+
+
+def _copy_range(fd: int, out_fd: int, start: int, end: int) -> None:
+    """Copy bytes [start, end) of ``fd`` to ``out_fd``: in the kernel where it can (Linux)."""
+    while start < end:
+        try:
+            n = os.copy_file_range(fd, out_fd, end - start, start)
+        except (AttributeError, OSError):  # not Linux, or a file system that cannot
+            n = os.write(out_fd, os.pread(fd, min(end - start, CHUNK_BYTES), start))
+        if n <= 0:
+            raise OSError(f"cannot copy bytes {start}-{end}")
+        start += n
+
+
+def _last_newline(fd: int, before: int, floor: int) -> int:
+    """Position of the last newline in [floor, before), or -1."""
+    block = 1 << 16
+    end = before
+    while end > floor:
+        start = max(floor, end - block)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found
+        end = start
+    return -1
+
+
+def _next_newline(fd: int, at: int) -> int:
+    """Position of the first newline at or after ``at`` (the file's last byte if none)."""
+    block = 1 << 16
+    while True:
+        chunk = os.pread(fd, block, at)
+        if not chunk:
+            return at - 1
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return at + found
+        at += len(chunk)
+
+
+def _has_long_line_in(fd: int, start: int, end: int) -> bool:
+    """Whether bytes [start, end) may hold a line of LINE_BYTES or more (see _has_long_line)."""
+    step = LINE_BYTES // 2
+    for window in range(start, end, step):
+        limit = min(window + step, end)
+        if _next_newline(fd, window) >= limit:
+            return True
+    return False
 
 
 def _has_long_line(buf: bytes, end: int) -> bool:
@@ -591,10 +673,12 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
         # The CSV reader splits its input into buffers of a few max_line_size each, read in
         # parallel: a small max_line_size unless the slice has long lines.
         line_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
-        rows = (f"SELECT line AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(31), quote='', "
-                "escape='', header=false, auto_detect=false, columns={'line': 'VARCHAR'}, "
-                f"max_line_size={line_bytes}, new_line='\\n') "
-                "WHERE line IS NOT NULL AND (ascii(line) > 32 OR trim(line) <> '')")
+        # A JSON-SEQ line is RS + record: RS is the delimiter, so the record is the second field
+        # (NDJSON lines and lines whose RS became a newline have one field, padded with NULL).
+        rows = (f"SELECT coalesce(r, line) AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(30), "
+                "quote='', escape='', header=false, auto_detect=false, null_padding=true, "
+                f"columns={{'line': 'VARCHAR', 'r': 'VARCHAR'}}, max_line_size={line_bytes}, new_line='\\n') "
+                "WHERE coalesce(r, line) IS NOT NULL AND (ascii(coalesce(r, line)) > 32 OR trim(coalesce(r, line)) <> '')")
     else:
         rows = (f"SELECT json AS rec FROM read_json_objects('{_sql_path(part.path)}', format='array', "
                 f"maximum_object_size={MAX_OBJECT_BYTES})")
