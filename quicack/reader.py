@@ -6,10 +6,11 @@ one record per line?) and its header parsed in Python (small).  Its events are t
 into the temporary table ``ev`` by DuckDB, which parses it in C++ on both cores; the caller
 normalizes one slice before the next is staged, so memory stays bounded whatever the file size.
 
-* JSON-SEQ and NDJSON: the stream is copied chunk by chunk into temporary files of whole lines,
-  the 0x1E record separators dropped on the way (DuckDB rejects them); DuckDB's CSV reader with a
-  delimiter that cannot occur hands each line over as text without parsing it.  A record cut off
-  at the end of the file is dropped with a warning.
+* JSON-SEQ and NDJSON: each slice is a range of whole lines copied into a temporary file (by
+  the kernel for a plain file; decompressed, with the 0x1E record separators turned into
+  newlines, for gzip).  DuckDB's CSV reader, with 0x1E as the delimiter and no quoting, hands
+  each record over as text without parsing it (DuckDB's JSON reader rejects the separator).  A
+  record cut off at the end of the file is left out with a warning.
 * A JSON document: one pass finds each ``"events": [`` array and cuts it at top-level element
   boundaries (a candidate cut after ``},`` is checked by letting DuckDB parse the slice on a side
   connection); the document without its events (a few KB) is parsed with orjson for the headers,
