@@ -72,12 +72,13 @@ def load_traces(con: duckdb.DuckDBPyConnection, traces: list[TraceInfo]) -> None
         reference_epoch_ms DOUBLE, time_scale_ms DOUBLE, ack_delay_encoding VARCHAR,
         metric_scale_ms DOUBLE, missing_ack_delay_is_zero BOOLEAN, sender_from_cids BOOLEAN,
         quirks VARCHAR[], vantage_from_first_packet BOOLEAN, rx_datagram_events_first BOOLEAN,
-        latest_rtt_zero_is_unset BOOLEAN)""")
-    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        latest_rtt_zero_is_unset BOOLEAN, server_group_id_is_client_scid BOOLEAN)""")
+    con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
         (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
          t.reference_epoch_ms, t.time_scale_ms, t.ack_delay_encoding.value, t.metric_scale_ms,
          t.missing_ack_delay_is_zero, t.sender_from_cids, list(t.quirks),
-         t.vantage_from_first_packet, t.rx_datagram_events_first, t.latest_rtt_zero_is_unset)
+         t.vantage_from_first_packet, t.rx_datagram_events_first, t.latest_rtt_zero_is_unset,
+         t.server_group_id_is_client_scid)
         for t in traces])
 
 
@@ -154,7 +155,9 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                {_num("coalesce(data->>'datagram_id', data->'header'->>'datagram_id')", 'BIGINT')} AS logged_datagram_id,
                data->'header'->>'dcid' AS dcid,
                {_num("data->>'datagram_payload_checksum'", 'BIGINT')} AS datagram_checksum,
-               CASE WHEN rx_datagram_events_first THEN rx_datagrams END AS rx_datagram_seq,
+               -- only where the trace logs datagrams_received at all (the scanner's probes
+               -- leave them out: their received packets are grouped by equal times)
+               CASE WHEN rx_datagram_events_first AND rx_datagrams > 0 THEN rx_datagrams END AS rx_datagram_seq,
                time_scale_ms, ack_delay_encoding, missing_ack_delay_is_zero
         FROM (SELECT *, first_value(data->'header'->>'scid' IGNORE NULLS) OVER w AS client_cid,
                      count(*) FILTER (WHERE {named('datagrams_received')}) OVER w AS rx_datagrams
@@ -315,15 +318,16 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
             flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
             events, quirks)
-        SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''),
-               CASE WHEN tr.vantage_from_first_packet THEN coalesce(c.first_packet_side, tr.vantage)
-                    ELSE tr.vantage END,
+        SELECT c.connection_id, {file_id}, c.trace_index, nullif(c.group_key, ''), c.vantage,
                tr.flow, tr.implementation,
-               coalesce(tr.odcid, nullif(c.group_key, ''), od.odcid),
+               coalesce(tr.odcid, CASE WHEN NOT (tr.server_group_id_is_client_scid AND c.vantage = 'server')
+                                       THEN nullif(c.group_key, '') END, od.odcid),
                tr.title, tr.reference_epoch_ms,
                CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
                c.last_ms - c.first_ms, c.events, tr.quirks
-        FROM conn c JOIN tr USING (trace_index)
+        FROM (SELECT conn.*, CASE WHEN tr.vantage_from_first_packet THEN coalesce(conn.first_packet_side, tr.vantage)
+                                  ELSE tr.vantage END AS vantage
+              FROM conn JOIN tr USING (trace_index)) c JOIN tr USING (trace_index)
         LEFT JOIN (
             SELECT connection_id, arg_min(odcid, event_index) AS odcid FROM (
                 SELECT connection_id, event_index,
