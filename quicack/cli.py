@@ -557,6 +557,49 @@ def peers_build(names):
         click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
 
 
+@peers.command("scan")
+@click.argument("names", nargs=-1)
+@DB_OPTION
+@click.option("--repetitions", "-n", type=click.IntRange(1, 255), default=3, show_default=True,
+              help="Probes per peer.")
+@click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET (/64k.bin for a transfer).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the peers' files, the scans' qlog, keys and captures (default: a new temp folder).")
+@click.option("--all-repetitions", is_flag=True, help="Print every repetition's RTT samples, not only the first.")
+def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
+    """Scan peers NAMES (default: all) with the scanner and a capture, ingest the capture and each
+    peer's own qlog into the store, and print the first-ACK-delay table and the server RTT
+    estimators' replay next to what each peer logged.
+
+    Each peer is started on loopback and probed as <name>.localhost (--resolve to its port),
+    exactly like `quicack scan --pcap … --allow-private`; `quicack report` shows the same tables."""
+    from . import peers as peer_mod
+    from . import peerviews
+    chosen = _peer_names(names)
+    base = Path(workdir) if workdir else None
+    failed = False
+    runs = []
+    for name in chosen:
+        try:
+            done = peer_mod.scan(name, db, (base / name) if base else None, repetitions=repetitions, path=path,
+                                 progress=lambda m: err.print(f"  {m}"))
+        except QuicackError as e:
+            _fail(e)
+        runs.append(done.run)
+        click.echo(f"{name}: run {done.run!r}: " + ", ".join(f"{k} {v}" for k, v in done.outcomes.items())
+                   + f"; capture {done.pcap}; server qlog: {len(done.server_qlogs)} file(s)")
+        for failure in done.failures:
+            failed = True
+            click.echo(f"error: {failure}", err=True)
+    with Store(db, read_only=True) as store:
+        click.echo()
+        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)))
+        click.echo(peerviews.format_rtt_comparison(peerviews.rtt_comparison(store, runs),
+                                                   None if all_repetitions else 1))
+    click.echo(f"store: {db}; why the logged values differ: schemas/README.md, rtt_samples")
+    sys.exit(1 if failed else 0)
+
+
 @peers.command("run")
 @click.argument("name")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")

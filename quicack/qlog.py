@@ -49,8 +49,10 @@ QUIRKS: dict[str, dict[str, Any]] = {
     # group_id of its connection's `orig_rem_cid` (quinn-proto src/connection/qlog.rs): on a
     # server the client's initial source connection ID, not the ODCID.
     "quinn": {"metric_scale_ms": 1000.0, "server_group_id_is_client_scid": True},
-    # quic-go leaves ack_delay out when it is zero.
-    "quic-go": {"missing_ack_delay_is_zero": True},
+    # quic-go leaves ack_delay out when it is zero, and logs packet_received only after it has
+    # handled the packet's frames (connection.go handleFrames), so the metrics_updated an ACK
+    # causes comes before the packet that carried it.
+    "quic-go": {"missing_ack_delay_is_zero": True, "metrics_before_packet_received": True},
     # ngtcp2 0.12 logs "latest_rtt": 0 (and no min_rtt) in every metrics_updated before its
     # first RTT sample (seen in gtlsserver's qlog: smoothed_rtt 333, rtt_variance 166).
     "ngtcp2": {"latest_rtt_zero_is_unset": True},
