@@ -252,12 +252,15 @@ def report(db, out, open_browser, max_connections):
 @main.command()
 @DB_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def demo(db, quiet):
+@click.option("--peers/--no-peers", "with_peers", default=True, show_default=True,
+              help="Also scan the real QUIC peers that are installed and built (quicack peers build).")
+def demo(db, quiet, with_peers):
     """The whole path on loopback, offline: analyze the traces shipped with quicack (an aioquic
     client and server qlog of one handshake), start ten local servers with different ACK
     behaviours (scanners/demo-servers.toml), scan the demo list against them
     (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
-    looked like."""
+    looked like; then scan the real QUIC peers that are ready (Caddy, ngtcp2, quic-go, quinn:
+    quicack peers build) and print their first ACK delays."""
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -308,6 +311,7 @@ def demo(db, quiet):
                    f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
     click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
                f"qlog and TLS keys: {result.out_dir}")
+    peer_failures = _demo_peers(db) if with_peers else []
     from . import report as report_module  # plotly loads only for reports
 
     out = Path("reports") / (Path(db).stem + ".html")
@@ -318,7 +322,34 @@ def demo(db, quiet):
     except QuicackError as e:
         _fail(e)
     click.echo(f"report: {out} ({written.figures} plots, {written.connections} connections)")
-    sys.exit(1 if summary.count("refused") or result.ingest_failures else 0)
+    sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
+
+
+def _demo_peers(db: str) -> list[str]:
+    """Scan the peers that are ready (nothing is installed or built here) and print their first
+    ACK delays; returns the failures."""
+    from . import peers as peer_mod
+    from . import peerviews
+    ready = [n for n in peer_mod.PEERS if peer_mod.status(n) in ("installed", "built")]
+    if not ready:
+        click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
+        return []
+    click.echo(f"\nscanning the real QUIC peers that are ready: {', '.join(ready)} (3 probes each, with a capture)")
+    workdir = Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"
+    runs, failures = [], []
+    for name in ready:
+        try:
+            done = peer_mod.scan(name, db, workdir / name)
+        except QuicackError as e:
+            failures.append(str(e))
+            click.echo(f"error: {e}", err=True)
+            continue
+        runs.append(done.run)
+        failures += done.failures
+    with Store(db, read_only=True) as store:
+        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)), nl=False)
+    click.echo("(`quicack peers scan` prints their RTT estimators next to the replay)")
+    return failures
 
 
 # --- serve -----------------------------------------------------------------------------------
