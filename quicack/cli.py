@@ -367,9 +367,11 @@ def _demo_peers(db: str) -> list[str]:
               help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
-                   "extra_delay_ms): many listeners with a mix of behaviours.")
+                   "extra_delay_ms, server_header): many listeners with a mix of behaviours.")
 @click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
-def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir):
+@click.option("--server-header", default=None,
+              help="HTTP `server` header to answer with  [default: quicack-serve/MODE aioquic/VERSION]")
+def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -382,7 +384,8 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir):
         specs = serve_mod.load_config(config_path) if config_path else []
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
             host, port = serve_mod.parse_listen(listen)
-            spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms)
+            spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
+                                          server_header=server_header)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:

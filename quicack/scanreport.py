@@ -78,6 +78,7 @@ def scan_sections(store: Store, page: Page) -> None:
     page.figure(fig, height=300)
     page.table(outcomes)
     _provider_table(store, page)
+    _server_headers(store, page)
     _gap_cdf(store, page)
     _delay_vs_gap(store, page)
     _pto_change(store, page)
@@ -128,6 +129,16 @@ def _provider_table(store: Store, page: Page) -> None:
         fig.update_layout(barmode="stack", title="Handshake class by provider (% of classified probes)",
                           yaxis_title="% of probes")
         page.figure(fig)
+
+
+def _server_headers(store: Store, page: Page) -> None:
+    table = store.sql("""SELECT server_header, provider, count(*) AS probes, count(DISTINCT domain) AS domains,
+            100.0 * count(*) FILTER (WHERE kind = 'iack') / nullif(count(kind), 0) AS iack_pct,
+            median(first_ack_delay_ms) AS median_first_ack_delay_ms
+        FROM sp WHERE server_header IS NOT NULL GROUP BY ALL ORDER BY probes DESC, server_header LIMIT 30""")
+    if table.height:
+        page.section("scan-servers", "Server headers (top 30)", 3)
+        page.table(table)
 
 
 def _top_providers(store: Store, where: str) -> list[str]:

@@ -89,6 +89,8 @@ class ListenerSpec:
     ack_delay_exponent: int = 3
     #: aioquic's ACK timer for application data (its default is 1 ms)
     ack_delay_ms: float = 1.0
+    #: the HTTP `server` header; None: quicack-serve/MODE aioquic/VERSION
+    server_header: str | None = None
 
     def describe(self) -> str:
         return (f"{self.host}:{self.port} mode {self.mode}, cert delay {self.cert_delay_ms:g} ms, "
@@ -102,7 +104,8 @@ def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
 
 def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
-    ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``."""
+    ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``,
+    ``server_header``."""
     from .campaign import read_toml
 
     doc = read_toml(path)
@@ -114,7 +117,8 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
         for listen in [listens] if isinstance(listens, str) else listens:
             host, port = parse_listen(listen)
             options = {k: table[k] for k in ("mode", "cert_delay_ms", "extra_delay_ms",
-                                             "ack_delay_exponent", "ack_delay_ms") if k in table}
+                                             "ack_delay_exponent", "ack_delay_ms", "server_header")
+                       if k in table}
             spec = ListenerSpec(host, port, **options)
             check_spec(spec, f"{path} listener {i + 1}")
             specs.append(spec)
@@ -306,7 +310,8 @@ class H3ServerProtocol(QuicConnectionProtocol):
                         f"extra_delay_ms={spec.extra_delay_ms:g}\n").encode()
                 self._h3.send_headers(h3_event.stream_id, [
                     (b":status", b"200"),
-                    (b"server", f"quicack-serve/{spec.mode} aioquic/{aioquic.__version__}".encode()),
+                    (b"server", (spec.server_header if spec.server_header is not None
+                                 else f"quicack-serve/{spec.mode} aioquic/{aioquic.__version__}").encode()),
                     (b"alt-svc", f'h3=":{spec.port}"; ma=86400'.encode()),
                     (b"content-type", b"text/plain"),
                     (b"content-length", str(len(body)).encode()),

@@ -1,9 +1,11 @@
 """`quicack report` rendered in a real headless Chromium (Debian's, driven by Playwright).
 
-The store is built from the real traces in tests/data (several producers, an instant ACK, WFC
-handshakes, a transfer).  In the browser: no console errors, every plot has data points, the
-per-connection links resolve, and strings from traces (here an ODCID and a title carrying HTML)
-show as text.  A screenshot is kept in reports/test-artifacts/ (or $QUICACK_TEST_ARTIFACTS).
+The store is real: a scan (`quicack.scan`) of local `quicack serve` listeners of each ACK
+behaviour — one of them answering with a hostile `server` header — plus the real traces and
+captures in tests/data (several producers, an instant ACK, WFC handshakes, a transfer).  In the
+browser: no console errors, every plot has data points, the links resolve, and strings from
+servers and traces (the header, an ODCID and a title carrying HTML) show as text.  A screenshot is
+kept in reports/test-artifacts/ (or $QUICACK_TEST_ARTIFACTS).
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import DATA, ensure_command
-from quicack import Store
+from quicack import Store, scan
 from quicack.cli import main
 from quicack.report import write_report
+from servers import Servers
 
 ARTIFACTS = Path(os.environ.get("QUICACK_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "reports/test-artifacts"))
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+HOSTILE_HEADER = "<script>window.pwned=3</script><b>cdn</b>"
+LISTENERS = [("wfc", 0), ("iack", 10), ("iack-ping", 10), ("wfc", 5, {"server_header": f'"{HOSTILE_HEADER}"'})]
+NAMES = ["wfc.test", "iack.test", "ping.test", "hostile.test"]
 
 
 def _hostile_trace(folder: Path) -> Path:
@@ -37,10 +43,21 @@ def _hostile_trace(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def report_file(tmp_path_factory):
+def report_file(tmp_path_factory, tshark):
     folder = tmp_path_factory.mktemp("report")
-    with Store(folder / "r.duckdb") as store:
-        for path in sorted(DATA.rglob("*.qlog")) + sorted(DATA.rglob("*.sqlog")) + [_hostile_trace(folder)]:
+    db = folder / "r.duckdb"
+    with Servers(folder, LISTENERS) as servers:
+        listing = folder / "list.txt"
+        listing.write_text("".join(n + "\n" for n in NAMES))
+        summary = scan.scan(scan.ScanOptions(
+            str(listing), db=str(db), resolve={n: (servers.ip(i), servers.port) for i, n in enumerate(NAMES)},
+            allow_private=True, repetitions=3, spacing_s=0.05))
+    assert summary.outcomes == {"ok": 12}
+    traces = sorted(DATA.rglob("*.qlog")) + sorted(DATA.rglob("*.sqlog")) + [_hostile_trace(folder)]
+    captures = [DATA / "zeek/testing/btest/Traces/quic/firefox-102.13.0esr-blog-cloudflare-com.pcap",
+                DATA / "zeek/testing/btest/Traces/quic/curl-8.1.2-dev-http3-www-google-de.pcap"]
+    with Store(db) as store:
+        for path in traces + captures:
             store.ingest(path)
         report = write_report(store, folder / "report.html", now=datetime(2026, 11, 23, tzinfo=timezone.utc),
                               max_connections=40)
@@ -81,13 +98,15 @@ def test_report_renders_without_errors_and_every_plot_has_data(report_file, brow
     page.close()
 
 
-def test_strings_from_traces_are_shown_as_text(report_file, browser):
+def test_strings_from_servers_and_traces_are_shown_as_text(report_file, browser):
     page = browser.new_page()
     page.goto(report_file.path.as_uri())
     page.wait_for_timeout(500)
     assert page.evaluate("window.pwned") is None
     assert page.locator("img[src=x]").count() == 0
-    assert HOSTILE in page.inner_text("main")
+    text = page.inner_text("main")
+    assert HOSTILE in text
+    assert HOSTILE_HEADER in text  # the server header table of the scan section
 
 
 def test_report_sections_and_size(report_file):
@@ -96,8 +115,10 @@ def test_report_sections_and_size(report_file):
     # plotly.js included once, nothing fetched from the network
     assert len(re.findall(r"<script\s+src=", html)) == 0
     assert html.count("plotly.js v") <= 2
-    for section in ("Overview", "Handshakes: instant ACK or wait for the certificate", "ACK policy of transfers",
-                    "Connections"):
+    for section in ("Overview", "Handshakes: instant ACK or wait for the certificate", "Scan",
+                    "Instant ACK by provider", "Server headers (top 30)", "ACK→ServerHello gap by provider",
+                    "First ACK delay against the measured gap", "What the first PTO would have been the other way",
+                    "ACK policy of transfers", "Connections"):
         assert section in report_file.sections
     assert report_file.path.stat().st_size < 10_000_000
 
