@@ -325,6 +325,11 @@ def demo(db, quiet, with_peers):
     sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
 
 
+def _peers_workdir(db: str) -> Path:
+    """Where peer scans keep their files: DB-scans/peers next to the store (like scan runs)."""
+    return Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"
+
+
 def _demo_peers(db: str) -> list[str]:
     """Scan the peers that are ready (nothing is installed or built here) and print their first
     ACK delays; returns the failures."""
@@ -335,7 +340,7 @@ def _demo_peers(db: str) -> list[str]:
         click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
         return []
     click.echo(f"\nscanning the real QUIC peers that are ready: {', '.join(ready)} (3 probes each, with a capture)")
-    workdir = Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"
+    workdir = _peers_workdir(db)
     runs, failures = [], []
     for name in ready:
         try:
@@ -598,7 +603,8 @@ def peers_build(names):
               help="Probes per peer.")
 @click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET (/64k.bin for a transfer).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Folder for the peers' files, the scans' qlog, keys and captures (default: a new temp folder).")
+              help="Folder for the peers' files, the scans' qlog, keys and captures "
+                   "(default: DB-scans/peers next to the store).")
 @click.option("--all-repetitions", is_flag=True, help="Print every repetition's RTT samples, not only the first.")
 def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
     """Scan peers NAMES (default: all) with the scanner and a capture, ingest the capture and each
@@ -610,12 +616,12 @@ def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
     from . import peers as peer_mod
     from . import peerviews
     chosen = _peer_names(names)
-    base = Path(workdir) if workdir else None
+    base = Path(workdir) if workdir else _peers_workdir(db)
     failed = False
     runs = []
     for name in chosen:
         try:
-            done = peer_mod.scan(name, db, (base / name) if base else None, repetitions=repetitions, path=path,
+            done = peer_mod.scan(name, db, base / name, repetitions=repetitions, path=path,
                                  progress=lambda m: err.print(f"  {m}"))
         except QuicackError as e:
             _fail(e)

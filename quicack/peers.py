@@ -510,7 +510,9 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     ``<name>.localhost`` resolved to the peer, GET ``path``, dumpcap capturing), stop it (its qlog
     is flushed), then ingest into ``db`` the capture with the scan's key log and the peer's own
     qlog: every probe's three views — scanner client qlog, capture, server qlog — in one store
-    (:mod:`quicack.peerviews` pairs them).  The run is named ``peer-<name>-<UTC time>``."""
+    (:mod:`quicack.peerviews` pairs them).  The run is named ``peer-<name>-<UTC time>``; its files
+    go to ``workdir/<run>/``: ``peer/`` (the peer's certificate, files, qlog and log), ``scan/``
+    (the scanner's qlog and key log) and ``scan.pcapng``."""
     from . import ingest
     from . import scan as scan_mod
 
@@ -523,11 +525,12 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     list_path.write_text(domain + "\n")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     run_name = f"peer-{p.name}-{stamp}"
-    pcap = base / f"{run_name}.pcapng"
-    with start(p.name, base / "peer", progress=progress, env=env) as running:
+    pcap = base / run_name / "scan.pcapng"
+    pcap.parent.mkdir(parents=True, exist_ok=True)
+    with start(p.name, base / run_name / "peer", progress=progress, env=env) as running:
         progress(f"{p.name} listening on UDP {running.port}; scanning {domain} × {repetitions}")
         opts = scan_mod.ScanOptions(list_path=str(list_path), db=str(db), run=run_name,
-                                    out_dir=str(base / run_name), repetitions=repetitions,
+                                    out_dir=str(base / run_name / "scan"), repetitions=repetitions,
                                     spacing_s=spacing_s, path=path,
                                     resolve={domain: (running.host, running.port)},
                                     allow_private=True, pcap=str(pcap))
