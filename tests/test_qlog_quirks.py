@@ -287,3 +287,18 @@ def test_quinn_client_group_id_is_the_odcid(store, tmp_path):
                "data": {"header": {"packet_type": "initial", "packet_number": 0, "length": 1200}}}]
     store.ingest(write_seq(tmp_path / "quinn.sqlog", header, events))
     assert rows(store, "SELECT vantage, odcid FROM connections") == [{"vantage": "client", "odcid": "aa01"}]
+
+
+def test_quic_go_metrics_before_the_packet_that_carried_the_ack(store):
+    # quic-go writes packet_received after handling the packet's frames: in server.sqlog the
+    # metrics_updated with the first RTT sample (line 30: latest 3.313907, rttvar 1.656953) comes
+    # before the client's Initial pn 1 carrying the ACK (line 32), and the one after the Handshake
+    # ACK (line 35: smoothed 3.313, rttvar 1.242, float32 µs) before that Handshake packet.
+    store.ingest(PEERS_DATA / "quic-go/server.sqlog")
+    got = rows(store, """SELECT packet_number_space AS space, logged_event_index < event_index AS before,
+        logged_latest_rtt_ms, logged_smoothed_rtt_ms, logged_rttvar_ms FROM rtt_samples ORDER BY event_index LIMIT 2""")
+    assert got == [
+        {"space": "initial", "before": True, "logged_latest_rtt_ms": 3.313907, "logged_smoothed_rtt_ms": 3.313907,
+         "logged_rttvar_ms": 1.656953},
+        {"space": "handshake", "before": True, "logged_latest_rtt_ms": 3.313907, "logged_smoothed_rtt_ms": 3.313,
+         "logged_rttvar_ms": 1.242}]
