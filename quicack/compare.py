@@ -86,7 +86,8 @@ def compare_connections(con: duckdb.DuckDBPyConnection, a: int, b: int, toleranc
                coalesce(string_agg(f.frame_type, ',' ORDER BY f.position), '') AS frames,
                list([f.largest_acknowledged, f.position] ORDER BY f.position)
                    FILTER (WHERE f.frame_type = 'ack') AS ack_largest,
-               list(f.acked_ranges ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_ranges,
+               -- ranges in ascending order: producers list them either way (aioquic descending, tshark ascending)
+               list(list_sort(f.acked_ranges) ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_ranges,
                list(f.ack_delay_ms ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_delays,
                max(f.ack_delay_ms / nullif(f.ack_delay_raw, 0)) AS ack_delay_unit_ms,
                row_number() OVER (PARTITION BY p.connection_id, p.sender, p.packet_number_space, p.packet_number
