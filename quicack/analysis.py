@@ -367,7 +367,10 @@ def _insert_samples(con, first_id: int, columns: dict[str, list]) -> None:
         # The values the implementation logged right after the same ACK: the first metrics event
         # after the ACK's packet that carries an RTT value, if it comes before the next packet the
         # endpoint received (otherwise it belongs to something else); fields it did not log again
-        # carry their last logged value.
+        # carry their last logged value.  Producers that log a packet_received event only after
+        # handling its frames (quic-go, quirk metrics_before_packet_received) log those metrics
+        # *before* the packet: there, the last metrics event with an RTT value after the previous
+        # received packet.
         con.execute("""INSERT INTO rtt_samples
             WITH filled AS (
                 -- Producers that log only the fields that changed (quic-go, quinn): a missing
@@ -383,21 +386,41 @@ def _insert_samples(con, first_id: int, columns: dict[str, list]) -> None:
             m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
             nxt AS (
                 SELECT connection_id, event_index,
-                       lead(event_index) OVER (PARTITION BY connection_id ORDER BY event_index) AS next_index
-                FROM packets WHERE connection_id >= $first AND direction = 'received'),
-            s AS (SELECT s.*, coalesce(nxt.next_index, 9223372036854775807) AS next_index
-                  FROM replay_samples_arrow s LEFT JOIN nxt USING (connection_id, event_index)),
-            j AS (SELECT s.*, m.event_index AS m_index, m.latest_rtt_ms AS l_latest, m.min_rtt_ms AS l_min,
-                         m.smoothed_rtt_ms AS l_smoothed, m.rtt_variance_ms AS l_var
-                  FROM s ASOF LEFT JOIN m ON s.connection_id = m.connection_id AND s.event_index < m.event_index)
+                       lead(event_index) OVER w AS next_index, lag(event_index) OVER w AS prev_index
+                FROM packets WHERE connection_id >= $first AND direction = 'received'
+                WINDOW w AS (PARTITION BY connection_id ORDER BY event_index)),
+            before AS (
+                SELECT connection_id,
+                       coalesce(array_to_string(quirks, ',') LIKE '%metrics_before_packet_received%', false) AS before
+                FROM connections WHERE connection_id >= $first),
+            s AS (SELECT s.*, coalesce(nxt.next_index, 9223372036854775807) AS next_index,
+                         coalesce(nxt.prev_index, -1) AS prev_index, b.before
+                  FROM replay_samples_arrow s LEFT JOIN nxt USING (connection_id, event_index)
+                  JOIN before b USING (connection_id)),
+            fwd AS (SELECT s.*, m.event_index AS f_index, m.latest_rtt_ms AS f_latest, m.min_rtt_ms AS f_min,
+                           m.smoothed_rtt_ms AS f_smoothed, m.rtt_variance_ms AS f_var
+                    FROM s ASOF LEFT JOIN m ON s.connection_id = m.connection_id AND s.event_index < m.event_index),
+            j AS (SELECT fwd.*, m.event_index AS b_index, m.latest_rtt_ms AS b_latest, m.min_rtt_ms AS b_min,
+                         m.smoothed_rtt_ms AS b_smoothed, m.rtt_variance_ms AS b_var
+                  FROM fwd ASOF LEFT JOIN m ON fwd.connection_id = m.connection_id AND fwd.event_index > m.event_index),
+            k AS (SELECT *,
+                         CASE WHEN before THEN b_index END AS m_index,
+                         CASE WHEN before THEN b_latest ELSE f_latest END AS l_latest,
+                         CASE WHEN before THEN b_min ELSE f_min END AS l_min,
+                         CASE WHEN before THEN b_smoothed ELSE f_smoothed END AS l_smoothed,
+                         CASE WHEN before THEN b_var ELSE f_var END AS l_var,
+                         CASE WHEN before THEN b_index IS NOT NULL AND b_index > prev_index
+                              ELSE f_index IS NOT NULL AND f_index < next_index END AS ok
+                  FROM j)
             SELECT connection_id, event_index, time_ms, packet_number_space, largest_acknowledged,
                    latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms,
                    smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags,
-                   CASE WHEN ok THEN m_index END, CASE WHEN ok THEN l_latest END, CASE WHEN ok THEN l_min END,
+                   CASE WHEN ok THEN coalesce(m_index, f_index) END, CASE WHEN ok THEN l_latest END,
+                   CASE WHEN ok THEN l_min END,
                    CASE WHEN ok THEN l_smoothed END, CASE WHEN ok THEN l_var END,
                    CASE WHEN ok THEN latest_rtt_ms - l_latest END, CASE WHEN ok THEN min_rtt_ms - l_min END,
                    CASE WHEN ok THEN smoothed_rtt_ms - l_smoothed END, CASE WHEN ok THEN rttvar_ms - l_var END
-            FROM (SELECT *, m_index IS NOT NULL AND m_index < next_index AS ok FROM j)
+            FROM k
             ORDER BY connection_id, event_index""", {"first": first_id})
     finally:
         con.unregister("replay_samples_arrow")
@@ -456,3 +479,18 @@ def counterfactual_first_pto_ms(h: Handshake, first: recovery.Sample, later_min_
         sample = max(first.latest_rtt_ms - h.first_ack_delay_ms, later_min_rtt_ms)
         return recovery.first_pto_after(sample, first.space)
     return None
+
+
+def replay_view(con: duckdb.DuckDBPyConnection, connection_id: int, endpoint: str) -> recovery.Replay:
+    """The RFC 9002 replay of one stored connection from ``endpoint``'s side ('client' or
+    'server'), returned and not stored — e.g. a capture taken on the server's host replayed as the
+    server, next to what the server logged.  Only temp tables are written (read-only stores work)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE rv AS
+        SELECT ?::BIGINT AS connection_id, ?::VARCHAR AS me, false AS pto_observable""",
+                [connection_id, endpoint])
+    try:
+        sent = _sent_logs(con, connection_id)
+        return recovery.replay(_EventStream(con, connection_id).of(connection_id), is_client=endpoint == "client",
+                               sent=sent.get(connection_id, {}))
+    finally:
+        con.execute("DROP TABLE IF EXISTS rv")

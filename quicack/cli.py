@@ -252,12 +252,15 @@ def report(db, out, open_browser, max_connections):
 @main.command()
 @DB_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def demo(db, quiet):
+@click.option("--peers/--no-peers", "with_peers", default=True, show_default=True,
+              help="Also scan the real QUIC peers that are installed and built (quicack peers build).")
+def demo(db, quiet, with_peers):
     """The whole path on loopback, offline: analyze the traces shipped with quicack (an aioquic
     client and server qlog of one handshake), start ten local servers with different ACK
     behaviours (scanners/demo-servers.toml), scan the demo list against them
     (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
-    looked like."""
+    looked like; then scan the real QUIC peers that are ready (Caddy, ngtcp2, quic-go, quinn:
+    quicack peers build) and print their first ACK delays."""
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -308,6 +311,7 @@ def demo(db, quiet):
                    f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
     click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
                f"qlog and TLS keys: {result.out_dir}")
+    peer_failures = _demo_peers(db) if with_peers else []
     from . import report as report_module  # plotly loads only for reports
 
     out = Path("reports") / (Path(db).stem + ".html")
@@ -318,7 +322,39 @@ def demo(db, quiet):
     except QuicackError as e:
         _fail(e)
     click.echo(f"report: {out} ({written.figures} plots, {written.connections} connections)")
-    sys.exit(1 if summary.count("refused") or result.ingest_failures else 0)
+    sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
+
+
+def _peers_workdir(db: str) -> Path:
+    """Where peer scans keep their files: DB-scans/peers next to the store (like scan runs)."""
+    return Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"
+
+
+def _demo_peers(db: str) -> list[str]:
+    """Scan the peers that are ready (nothing is installed or built here) and print their first
+    ACK delays; returns the failures."""
+    from . import peers as peer_mod
+    from . import peerviews
+    ready = [n for n in peer_mod.PEERS if peer_mod.status(n) in ("installed", "built")]
+    if not ready:
+        click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
+        return []
+    click.echo(f"\nscanning the real QUIC peers that are ready: {', '.join(ready)} (3 probes each, with a capture)")
+    workdir = _peers_workdir(db)
+    runs, failures = [], []
+    for name in ready:
+        try:
+            done = peer_mod.scan(name, db, workdir / name)
+        except QuicackError as e:
+            failures.append(str(e))
+            click.echo(f"error: {e}", err=True)
+            continue
+        runs.append(done.run)
+        failures += done.failures
+    with Store(db, read_only=True) as store:
+        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)), nl=False)
+    click.echo("(`quicack peers scan` prints their RTT estimators next to the replay)")
+    return failures
 
 
 # --- serve -----------------------------------------------------------------------------------
@@ -558,6 +594,50 @@ def peers_build(names):
         except QuicackError as e:
             _fail(e)
         click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
+
+
+@peers.command("scan")
+@click.argument("names", nargs=-1)
+@DB_OPTION
+@click.option("--repetitions", "-n", type=click.IntRange(1, 255), default=3, show_default=True,
+              help="Probes per peer.")
+@click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET (/64k.bin for a transfer).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the peers' files, the scans' qlog, keys and captures "
+                   "(default: DB-scans/peers next to the store).")
+@click.option("--all-repetitions", is_flag=True, help="Print every repetition's RTT samples, not only the first.")
+def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
+    """Scan peers NAMES (default: all) with the scanner and a capture, ingest the capture and each
+    peer's own qlog into the store, and print the first-ACK-delay table and the server RTT
+    estimators' replay next to what each peer logged.
+
+    Each peer is started on loopback and probed as <name>.localhost (--resolve to its port),
+    exactly like `quicack scan --pcap … --allow-private`; `quicack report` shows the same tables."""
+    from . import peers as peer_mod
+    from . import peerviews
+    chosen = _peer_names(names)
+    base = Path(workdir) if workdir else _peers_workdir(db)
+    failed = False
+    runs = []
+    for name in chosen:
+        try:
+            done = peer_mod.scan(name, db, base / name, repetitions=repetitions, path=path,
+                                 progress=lambda m: err.print(f"  {m}"))
+        except QuicackError as e:
+            _fail(e)
+        runs.append(done.run)
+        click.echo(f"{name}: run {done.run!r}: " + ", ".join(f"{k} {v}" for k, v in done.outcomes.items())
+                   + f"; capture {done.pcap}; server qlog: {len(done.server_qlogs)} file(s)")
+        for failure in done.failures:
+            failed = True
+            click.echo(f"error: {failure}", err=True)
+    with Store(db, read_only=True) as store:
+        click.echo()
+        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)))
+        click.echo(peerviews.format_rtt_comparison(peerviews.rtt_comparison(store, runs),
+                                                   None if all_repetitions else 1))
+    click.echo(f"store: {db}; why the logged values differ: schemas/README.md, rtt_samples")
+    sys.exit(1 if failed else 0)
 
 
 @peers.command("run")

@@ -83,6 +83,9 @@ class TraceInfo:
     rx_datagram_events_first: bool = False
     #: latest_rtt 0 in metrics_updated without a min_rtt means "no RTT sample yet" (ngtcp2)
     latest_rtt_zero_is_unset: bool = False
+    #: a server trace's per-event group_id is the client's initial source connection ID, not the
+    #: ODCID (quinn: ``orig_rem_cid``); a client trace's is the ODCID
+    server_group_id_is_client_scid: bool = False
     quirks: tuple[str, ...] = ()
 
 

@@ -337,7 +337,10 @@ class Normalizer:
                          CASE WHEN {prev('direction', 'last_direction')} = direction
                                AND (({prev('t_ms', 'last_t')} = t_ms AND {prev('rank', 'last_rank')} < rank)
                                     OR {prev('checksum', 'last_checksum')} = checksum
-                                    OR (direction = 'received' AND {prev('rx_seq', 'last_rx_seq')} = rx_seq))
+                                    -- only once the trace logged a datagrams_received (the
+                                    -- scanner's probes leave them out: grouped by equal times)
+                                    OR (direction = 'received' AND rx_seq > 0
+                                        AND {prev('rx_seq', 'last_rx_seq')} = rx_seq))
                               THEN 0 ELSE 1 END AS starts
                   FROM (SELECT p.event_index, p.connection_id, p.packet_type, p.dcid, p.t_ms, p.rank, p.checksum,
                                c.rx_datagrams + p.rx_in_slice AS rx_seq, {direction} AS direction,
@@ -498,10 +501,12 @@ class Normalizer:
         con = self.con
         con.execute("""CREATE OR REPLACE TEMP TABLE tr (trace_index INTEGER, vantage VARCHAR, flow VARCHAR,
             implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
-            reference_epoch_ms DOUBLE, ack_delay_encoding VARCHAR, quirks VARCHAR[])""")
-        con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?)", [
+            reference_epoch_ms DOUBLE, ack_delay_encoding VARCHAR, quirks VARCHAR[],
+            server_group_id_is_client_scid BOOLEAN)""")
+        con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?)", [
             (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
-             t.reference_epoch_ms, t.ack_delay_encoding.value, list(t.quirks)) for t in self.traces])
+             t.reference_epoch_ms, t.ack_delay_encoding.value, list(t.quirks), t.server_group_id_is_client_scid)
+            for t in self.traces])
 
         # A later slice held an event earlier than the time base: shift that connection's rows so
         # time_ms counts from its earliest event.
@@ -554,7 +559,10 @@ class Normalizer:
                 flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
                 events, quirks)
             SELECT c.connection_id, {self.file_id}, c.trace_index, nullif(c.group_key, ''), c.vantage,
-                   tr.flow, tr.implementation, coalesce(tr.odcid, nullif(c.group_key, ''), c.odcid),
+                   tr.flow, tr.implementation,
+                   -- quinn tags a server's events with the client's source CID, not the ODCID
+                   coalesce(tr.odcid, CASE WHEN NOT (tr.server_group_id_is_client_scid AND c.vantage = 'server')
+                                           THEN nullif(c.group_key, '') END, c.odcid),
                    tr.title, tr.reference_epoch_ms,
                    CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
                    c.last_ms - c.first_ms, c.events, tr.quirks

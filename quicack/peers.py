@@ -92,6 +92,13 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
 )}
 
 
+def probe_domain(name: str) -> str:
+    """The name a scan of peer ``name`` probes: ``<name>.localhost`` (RFC 6761: loopback only,
+    never resolved elsewhere), with ``--resolve`` to the peer's port.  Its certificate holds the
+    name, and :mod:`quicack.peerviews` recognises the peer's probes by it."""
+    return f"{name}.localhost"
+
+
 def peer(name: str) -> Peer:
     try:
         return PEERS[name]
@@ -452,7 +459,7 @@ def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
     binary = prepare(name, progress).binary
     run_dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"quicack-peer-{name}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
-    cert, key = make_certificate(run_dir / "tls")
+    cert, key = make_certificate(run_dir / "tls", ("localhost", probe_domain(name), "127.0.0.1", "::1"))
     htdocs = _write_htdocs(run_dir / "htdocs", name)
     qlog_dir = run_dir / "qlog" if p.qlog else None
     if qlog_dir:
@@ -477,3 +484,61 @@ def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
         yield run
     finally:
         stop(run)
+
+
+# --- scanning a peer -------------------------------------------------------------------------
+
+@dataclass
+class PeerScan:
+    """What :func:`scan` did for one peer: the scan run, the capture and the ingested views."""
+
+    peer: str
+    run: str
+    run_id: int
+    outcomes: dict
+    pcap: Path
+    keylog: Path
+    server_qlogs: list[Path]
+    #: files of the scan or of the capture/server qlog that could not be ingested
+    failures: list[str]
+
+
+def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repetitions: int = 3,
+         path: str = "/", spacing_s: float = 0.2, progress: Progress | None = None,
+         env: dict[str, str] | None = None) -> PeerScan:
+    """Start peer ``name``, scan it like ``quicack scan`` (``repetitions`` probes of
+    ``<name>.localhost`` resolved to the peer, GET ``path``, dumpcap capturing), stop it (its qlog
+    is flushed), then ingest into ``db`` the capture with the scan's key log and the peer's own
+    qlog: every probe's three views — scanner client qlog, capture, server qlog — in one store
+    (:mod:`quicack.peerviews` pairs them).  The run is named ``peer-<name>-<UTC time>``; its files
+    go to ``workdir/<run>/``: ``peer/`` (the peer's certificate, files, qlog and log), ``scan/``
+    (the scanner's qlog and key log) and ``scan.pcapng``."""
+    from . import ingest
+    from . import scan as scan_mod
+
+    progress = progress or (lambda message: None)
+    p = peer(name)
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"quicack-peerscan-{name}-"))
+    base.mkdir(parents=True, exist_ok=True)
+    domain = probe_domain(p.name)
+    list_path = base / f"{p.name}.txt"
+    list_path.write_text(domain + "\n")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    run_name = f"peer-{p.name}-{stamp}"
+    pcap = base / run_name / "scan.pcapng"
+    pcap.parent.mkdir(parents=True, exist_ok=True)
+    with start(p.name, base / run_name / "peer", progress=progress, env=env) as running:
+        progress(f"{p.name} listening on UDP {running.port}; scanning {domain} × {repetitions}")
+        opts = scan_mod.ScanOptions(list_path=str(list_path), db=str(db), run=run_name,
+                                    out_dir=str(base / run_name / "scan"), repetitions=repetitions,
+                                    spacing_s=spacing_s, path=path,
+                                    resolve={domain: (running.host, running.port)},
+                                    allow_private=True, pcap=str(pcap))
+        summary = scan_mod.scan(opts)
+    server_qlogs = running.qlog_files()  # after stop: flushed
+    keylog = Path(summary.out_dir) / "sslkeylog.txt"
+    progress(f"ingesting the capture and {len(server_qlogs)} server qlog file(s)")
+    done = ingest.analyze([pcap, *server_qlogs], db=db, keylog=keylog)
+    failures = [f"{f.path}: {f.error}" for f in done.files if f.status == "refused"]
+    return PeerScan(p.name, summary.run, summary.run_id, summary.outcomes, pcap, keylog, server_qlogs,
+                    [*summary.ingest_failures, *failures])

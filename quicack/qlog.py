@@ -45,10 +45,14 @@ QUIRKS: dict[str, dict[str, Any]] = {
     "neqo": {"ack_delay_encoding": AckDelayEncoding.RAW},
     # mvfst logs ack_delay in microseconds and names its metrics event recovery:metric_update.
     "mvfst": {"ack_delay_encoding": AckDelayEncoding.US},
-    # quinn 0.11 logs RTTs in seconds in recovery:metrics_updated.
-    "quinn": {"metric_scale_ms": 1000.0},
-    # quic-go leaves ack_delay out when it is zero.
-    "quic-go": {"missing_ack_delay_is_zero": True},
+    # quinn 0.11 logs RTTs in seconds in recovery:metrics_updated, and tags each event with the
+    # group_id of its connection's `orig_rem_cid` (quinn-proto src/connection/qlog.rs): on a
+    # server the client's initial source connection ID, not the ODCID.
+    "quinn": {"metric_scale_ms": 1000.0, "server_group_id_is_client_scid": True},
+    # quic-go leaves ack_delay out when it is zero, and logs packet_received only after it has
+    # handled the packet's frames (connection.go handleFrames), so the metrics_updated an ACK
+    # causes comes before the packet that carried it.
+    "quic-go": {"missing_ack_delay_is_zero": True, "metrics_before_packet_received": True},
     # ngtcp2 0.12 logs "latest_rtt": 0 (and no min_rtt) in every metrics_updated before its
     # first RTT sample (seen in gtlsserver's qlog: smoothed_rtt 333, rtt_variance 166).
     "ngtcp2": {"latest_rtt_zero_is_unset": True},
@@ -227,6 +231,7 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         vantage_from_first_packet=vantage_from_first_packet,
         rx_datagram_events_first=quirk.get("rx_datagram_events_first", False),
         latest_rtt_zero_is_unset=quirk.get("latest_rtt_zero_is_unset", False),
+        server_group_id_is_client_scid=quirk.get("server_group_id_is_client_scid", False),
         quirks=tuple(quirks),
     )
 

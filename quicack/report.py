@@ -19,7 +19,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
-from . import ackpolicy, scanreport
+from . import ackpolicy, peerviews, scanreport
 from .htmlpage import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc
 from .store import Store
 
@@ -49,6 +49,8 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
     _handshakes(store, page)
     if scanreport.has_probes(store):
         scanreport.scan_sections(store, page)
+        if peerviews.has_peer_probes(store):  # probes of the local peers (quicack peers scan)
+            peerviews.report_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)

@@ -60,3 +60,46 @@ def tshark() -> str:
     capture tests run it rather than skip."""
     ensure_command("editcap", "tshark")
     return ensure_command("tshark", "tshark")
+
+
+# --- text reports shown after the test run ---------------------------------------------------
+# Tests that measure something worth reading (the peers' first ACK delays, their logged RTT next to
+# the RFC 9002 replay) add a section here; it is printed in pytest's terminal summary, pass or
+# fail, and written to reports/test-artifacts/ (or $QUICACK_TEST_ARTIFACTS).
+
+ARTIFACTS = Path(os.environ.get("QUICACK_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "reports/test-artifacts"))
+_TEXT_REPORTS: dict[str, list] = {}
+
+
+class TextReport:
+    """Sections of a text report shown after the run: plain text, or rows (polars) that are
+    concatenated over the tests and formatted once (one table for all parametrized cases)."""
+
+    def text(self, name: str, text: str) -> None:
+        _TEXT_REPORTS.setdefault(name, []).append(text.rstrip("\n"))
+
+    def rows(self, name: str, frame, formatter) -> None:
+        parts = _TEXT_REPORTS.setdefault(name, [])
+        for part in parts:
+            if isinstance(part, list) and part[0] is formatter:
+                part.append(frame)
+                return
+        parts.append([formatter, frame])
+
+
+@pytest.fixture(scope="session")
+def text_report() -> TextReport:
+    return TextReport()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    import polars as pl
+    for name, parts in _TEXT_REPORTS.items():
+        rendered = [p if isinstance(p, str) else p[0](pl.concat(p[1:], how="diagonal_relaxed")).rstrip("\n")
+                    for p in parts]
+        text = "\n\n".join(rendered) + "\n"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.txt"
+        path.write_text(text, encoding="utf-8")
+        terminalreporter.section(f"{name} (also in {path})")
+        terminalreporter.write(text)

@@ -70,6 +70,9 @@ def test_export_parquet(tmp_path):
 
 
 def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypatch):
+    from quicack import peers
+    for name in peers.PEERS:  # the demo scans the real peers that are ready: make them ready
+        peers.prepare(name)
     monkeypatch.chdir(tmp_path)  # the demo writes reports/demo.html here
     result = run("demo", "--db", tmp_path / "demo.duckdb")
     assert result.exit_code == 0, result.output
@@ -91,8 +94,16 @@ def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypat
     assert " iack-ping," in lines["127.0.0.107:14433"] and "ack+ping" in lines["127.0.0.107:14433"]
     assert " iack_ping " in lines["127.0.0.107:14433"]
     assert " wfc  " in lines["127.0.0.101:14433"] and " wfc  " in lines["127.0.0.110:14433"]
+    # then the real QUIC peers, 3 probes each: their first ACK delays (tests/test_peers.py: 0 for
+    # all but quinn in Initial packets, and only Caddy acknowledges in a Handshake packet)
+    assert "scanning the real QUIC peers that are ready: caddy, ngtcp2, quic-go, quinn" in result.output
+    rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()
+            if line.split() and line.split()[0] in peers.PEERS and line.rstrip().endswith("capture")}
+    assert rows["caddy"][:6] == ["0.000"] * 6 and rows["ngtcp2"][:6] == ["0.000"] * 3 + ["-"] * 3
+    assert rows["quic-go"][:6] == ["0.000"] * 3 + ["-"] * 3 and rows["quinn"][3:6] == ["-"] * 3
     report = tmp_path / "reports" / "demo.html"
     assert "report: reports/demo.html (" in result.output and report.stat().st_size > 10_000
+    assert "Acknowledgment delay of the first ACK received from each peer" in report.read_text()
 
 
 CAPTURE = DATA / "local/aioquic-aioquic-handshake/cap.pcapng"

@@ -96,3 +96,26 @@ def test_compare_command():
     assert other.output.strip().splitlines()[-1] == (
         "error: no connection of the first file has the original destination connection ID of one "
         "in the second file: nothing to compare")
+
+
+def _ack_trace(vantage: str, ranges: list, extra_frames: list | None = None) -> dict:
+    """One connection with one received ACK (the frames as given) in a 0.3 JSON qlog."""
+    direction = "transport:packet_received" if vantage == "server" else "transport:packet_sent"
+    frames = [{"frame_type": "ack", "ack_delay": 0.0, "acked_ranges": ranges}, *(extra_frames or [])]
+    return {"qlog_version": "0.3", "traces": [{
+        "vantage_point": {"type": vantage}, "common_fields": {"ODCID": "aa"},
+        "events": [{"time": 1.0, "name": direction, "data": {
+            "header": {"packet_type": "1RTT", "packet_number": 5}, "frames": frames}}]}]}
+
+
+def test_acked_ranges_listed_in_either_order_are_the_same(tmp_path):
+    # aioquic lists ACK ranges highest first, tshark lowest first: the same ACK
+    from conftest import write_json
+    with Store(":memory:") as store:
+        store.ingest(write_json(tmp_path / "a.qlog", _ack_trace("client", [[25, 39], [4, 23]])))
+        store.ingest(write_json(tmp_path / "b.qlog", _ack_trace("server", [[4, 23], [25, 39]])))
+        same = compare_files(store.con, 1, 2)[0]
+        store.ingest(write_json(tmp_path / "c.qlog", _ack_trace("server", [[4, 22], [25, 39]])))
+        other = compare_files(store.con, 1, 3)[0]
+    assert same.matched == 1 and same.differences == []
+    assert [d.kind for d in other.differences] == ["ack"]

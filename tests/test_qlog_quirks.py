@@ -251,3 +251,54 @@ def test_rtt_logged_before_the_first_sent_packet_is_not_a_sample(store):
                     "rtt_variance_ms": pytest.approx(166.5)}
     samples = [r["latest_rtt_ms"] for r in m if r["latest_rtt_ms"] is not None]
     assert samples and all(0 < s < 100 for s in samples)  # loopback samples, in ms
+
+
+def test_scanner_traces_without_datagram_events_group_received_packets_by_time(store):
+    # The scanner's probes log no transport:datagrams_received (quicack.probe.SKIPPED_EVENTS) but
+    # stamp every packet of a datagram with the datagram's kernel receive time.  In the first trace
+    # of scan-client.qlog (a probe of Caddy) the packets received at 1795425255142.1064 are one
+    # datagram (Initial 543 + Handshake 653 + 1-RTT 56 bytes: 1252, as the capture of that scan
+    # shows), and the four received at .145.0383, .145.0557, .145.217 and .148.9324 four datagrams
+    # (the capture: frames 19, 20, 21, 22).
+    store.ingest(PEERS_DATA / "caddy/scan-client.qlog")
+    got = rows(store, """SELECT p.datagram_id, list(p.packet_type || ' ' || p.packet_number ORDER BY p.event_index) AS packets
+        FROM packets p JOIN connections c USING (connection_id)
+        WHERE c.trace_index = 0 AND p.direction = 'received' GROUP BY ALL ORDER BY 1""")
+    assert [g["packets"] for g in got] == [["initial 0", "handshake 0", "1RTT 0"], ["handshake 1"], ["1RTT 1"],
+                                           ["1RTT 2"], ["1RTT 3"]]
+
+
+def test_quinn_server_group_id_is_the_client_source_cid_not_the_odcid(store):
+    # quinn-proto 0.11 tags every event with its connection's orig_rem_cid: on the server the
+    # client's initial source CID.  The aioquic client of the same connection logged its first
+    # Initial with scid 3807a70634526fb4 (= quinn's group_id) and dcid 7927b1d125344746 (its ODCID).
+    store.ingest(PEERS_DATA / "quinn/server.sqlog")
+    store.ingest(PEERS_DATA / "quinn/client-aioquic.qlog")
+    got = rows(store, "SELECT vantage, group_id, odcid FROM connections ORDER BY connection_id")
+    assert got == [{"vantage": "server", "group_id": "3807a70634526fb4", "odcid": None},
+                   {"vantage": "client", "group_id": None, "odcid": "7927b1d125344746"}]
+
+
+def test_quinn_client_group_id_is_the_odcid(store, tmp_path):
+    # On a quinn client orig_rem_cid is the destination CID of its first Initial: the ODCID.
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ",
+              "trace": {"vantage_point": {"type": "unknown"}, "title": "quinn"}}
+    events = [{"time": 1.0, "name": "transport:packet_sent", "group_id": "aa01",
+               "data": {"header": {"packet_type": "initial", "packet_number": 0, "length": 1200}}}]
+    store.ingest(write_seq(tmp_path / "quinn.sqlog", header, events))
+    assert rows(store, "SELECT vantage, odcid FROM connections") == [{"vantage": "client", "odcid": "aa01"}]
+
+
+def test_quic_go_metrics_before_the_packet_that_carried_the_ack(store):
+    # quic-go writes packet_received after handling the packet's frames: in server.sqlog the
+    # metrics_updated with the first RTT sample (line 30: latest 3.313907, rttvar 1.656953) comes
+    # before the client's Initial pn 1 carrying the ACK (line 32), and the one after the Handshake
+    # ACK (line 35: smoothed 3.313, rttvar 1.242, float32 µs) before that Handshake packet.
+    store.ingest(PEERS_DATA / "quic-go/server.sqlog")
+    got = rows(store, """SELECT packet_number_space AS space, logged_event_index < event_index AS before,
+        logged_latest_rtt_ms, logged_smoothed_rtt_ms, logged_rttvar_ms FROM rtt_samples ORDER BY event_index LIMIT 2""")
+    assert got == [
+        {"space": "initial", "before": True, "logged_latest_rtt_ms": 3.313907, "logged_smoothed_rtt_ms": 3.313907,
+         "logged_rttvar_ms": 1.656953},
+        {"space": "handshake", "before": True, "logged_latest_rtt_ms": 3.313907, "logged_smoothed_rtt_ms": 3.313,
+         "logged_rttvar_ms": 1.242}]
