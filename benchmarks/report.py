@@ -66,7 +66,7 @@ def build(db: Path, probes: int) -> None:
             cases.append(f"WHEN u < {lower + share} THEN {{'server': '{server}', 'prefix': '{prefix}', "
                          f"'p': {p_iack}, 'gap': {gap}, 'delay': {delay}}}")
             lower += share
-        provider = "CASE " + " ".join(cases) + f" ELSE {{'server': 'nginx', 'prefix': '198.51.', 'p': 0.2, 'gap': 12.0, 'delay': 2.5}} END"
+        provider = "CASE " + " ".join(cases) + " ELSE {'server': 'nginx', 'prefix': '198.51.', 'p': 0.2, 'gap': 12.0, 'delay': 2.5} END"
         con.execute(f"""CREATE TEMP TABLE syn AS
             SELECT i, i // 3 AS target, (i % 3)::INTEGER AS repetition, 1 + (i // (3 * ({probes} // 6 + 1))) % 2 AS run,
                    {provider} AS pv, random() AS r1, random() AS r2, random() AS r3

@@ -341,8 +341,8 @@ class _EventStream:
             _, at, k, t, space, pn, ranges, value = row
             if k == 1:
                 # ranges arrive flattened: [low1, high1, low2, high2, …]
-                pairs = tuple(zip(ranges[::2], ranges[1::2])) if ranges else ((pn, pn),) if pn is not None else ()
-                yield recovery.AckReceived(t, space, pairs, value, at)
+                pairs = list(zip(ranges[::2], ranges[1::2])) if ranges else ()
+                yield recovery.AckReceived(t, space, _ranges(pairs, pn), value, at)
             elif k == 2:
                 yield recovery.Lost(t, space, pn, at)
             elif k == 3:

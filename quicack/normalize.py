@@ -430,7 +430,6 @@ class Normalizer:
             {tp_join}""")
 
     def _events(self, t: TraceInfo, named) -> None:
-        con = self.con
         scale = _lit(t.time_scale_ms)
         rtt = f"* {scale} * {_lit(t.metric_scale_ms)}"
         metrics = named("metrics_updated")
@@ -516,7 +515,7 @@ class Normalizer:
                 con.execute(f"""UPDATE {table} SET time_ms = time_ms + (c.base_ms - c.first_ms)
                     FROM conn c WHERE {table}.connection_id = c.connection_id AND c.first_ms < c.base_ms""")
 
-        con.execute(f"""UPDATE logged_metrics SET latest_rtt_ms = NULL, min_rtt_ms = NULL FROM conn c
+        con.execute("""UPDATE logged_metrics SET latest_rtt_ms = NULL, min_rtt_ms = NULL FROM conn c
             WHERE logged_metrics.connection_id = c.connection_id AND logged_metrics.event_index < c.first_sent
               AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
 

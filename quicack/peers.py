@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime
 import fcntl
 import hashlib
-import ipaddress
 import json
 import os
 import shutil
@@ -267,37 +266,10 @@ def status(name: str) -> str:
 
 def make_certificate(folder: Path, names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1"),
                      days: int = 30) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate for ``names`` (DNS names or IP addresses), written
-    as ``cert.pem`` and ``key.pem`` (PKCS#8) into ``folder``.  Returns (cert, key)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    alt_names: list[x509.GeneralName] = []
-    for n in names:
-        try:
-            alt_names.append(x509.IPAddress(ipaddress.ip_address(n)))
-        except ValueError:
-            alt_names.append(x509.DNSName(n))
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    folder.mkdir(parents=True, exist_ok=True)
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    key_path.chmod(0o600)
-    return cert_path, key_path
+    """A self-signed certificate for ``names`` (DNS names or IP addresses), written as
+    ``cert.pem`` and ``key.pem`` (PKCS#8) into ``folder``.  Returns (cert, key)."""
+    from .certificate import self_signed, write_pem
+    return write_pem(*self_signed(names, days=days), folder)
 
 
 def _write_htdocs(folder: Path, name: str) -> Path:

@@ -41,7 +41,6 @@ no netem). The ``server`` response header names the behaviour, so a probe record
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import socket
 import subprocess
@@ -65,11 +64,9 @@ from aioquic.quic.logger import QuicFileLogger
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicProtocolVersion
 from aioquic.tls import Epoch
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from . import rxtime, targets
+from . import certificate, rxtime, targets
 from .model import QuicackError
 
 #: ACK behaviours a listener can have (see the module docstring).
@@ -138,18 +135,8 @@ def check_spec(spec: ListenerSpec, where: str = "") -> None:
 
 def self_signed(common_name: str = "quicack-serve") -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A P-256 certificate for ``common_name`` (cheap to sign with, like most CDNs use)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, "quicack test server")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("*.test"),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert, key
+    return certificate.self_signed(("*.test", "localhost"), common_name=common_name,
+                                   organization="quicack test server")
 
 
 # --- the connection -------------------------------------------------------------------------

@@ -8,7 +8,6 @@ output is committed so the expected values read off it stay fixed.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import shutil
 import ssl
 from pathlib import Path
@@ -18,27 +17,15 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 from aioquic.quic.logger import QuicFileLogger
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from quicack.certificate import self_signed, write_pem
 
 OUT = Path(__file__).parent / "aioquic-transfer"
 SIZE = 400_000
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .sign(key, hashes.SHA256()))
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                       serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
-    return folder / "cert.pem", folder / "key.pem"
+def _certificate(directory: Path) -> tuple[Path, Path]:
+    return write_pem(*self_signed(("localhost",), days=7), directory)
 
 
 class Server(QuicConnectionProtocol):
