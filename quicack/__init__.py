@@ -9,8 +9,18 @@ The Python API used by the CLI and by notebooks::
         acks = store.sql("SELECT * FROM frames WHERE frame_type = 'ack'")
 """
 
-from .ingest import analyze
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, QuicackError, Summary
-from .store import Store
 
 __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "SCHEMA_VERSION"]
+
+
+def __getattr__(name: str):
+    # analyze and Store load DuckDB and pyarrow (~0.3 s): only when asked for, so that importing
+    # a light submodule (the command line, quicack.pcap) does not pay for them.
+    if name == "analyze":
+        from .ingest import analyze
+        return analyze
+    if name == "Store":
+        from .store import Store
+        return Store
+    raise AttributeError(f"module 'quicack' has no attribute {name!r}")

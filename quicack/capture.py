@@ -38,7 +38,7 @@ from __future__ import annotations
 import duckdb
 
 from .model import QuicackError
-from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
+from .pcap import ALL_FIELDS, FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
 
 #: Largest UDP payload of one datagram on a 1500-byte MTU path (IPv4: 1500 − 20 − 8).
 MAX_SINGLE_DATAGRAM_PAYLOAD = 1472
@@ -81,7 +81,8 @@ def _last(col: str) -> str:
 
 def begin(con: duckdb.DuckDBPyConnection) -> None:
     """Create (empty) the temporary tables :func:`stage_batch` fills."""
-    con.execute("DROP TABLE IF EXISTS c_multi_raw")
+    raw = ", ".join(f"{column(f)} VARCHAR" for f in ALL_FIELDS)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE c_multi_raw ({raw})")
     params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE c_dgram (
         frame_number BIGINT, epoch_s DECIMAL(20, 9), src_ep VARCHAR, dst_ep VARCHAR,
@@ -100,43 +101,38 @@ def begin(con: duckdb.DuckDBPyConnection) -> None:
         ack_eliciting_threshold BIGINT, request_max_ack_delay_ms DOUBLE, details JSON)""")
 
 
-def stage_batch(con: duckdb.DuckDBPyConnection, batch) -> None:
-    """Turn one batch of tshark rows (an Arrow table, every column text) into rows of the
-    temporary tables created by :func:`begin`.  Batches hold whole datagrams, so everything here
-    is local to a batch; what needs the whole capture happens in :func:`normalize`.  Datagrams
-    with several QUIC packets wait for their layout (:func:`finish`)."""
-    con.register("tshark_rows", batch)
-    try:
-        con.execute("""CREATE OR REPLACE TEMP VIEW tshark_batch AS
-            SELECT *, NULL::VARCHAR AS quicack_layout FROM tshark_rows
-            WHERE quic_header_form IS NULL OR NOT contains(quic_header_form, ',')""")
-        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
-            con.execute("CREATE TEMP TABLE c_multi_raw AS SELECT * FROM tshark_rows WHERE false")
+def stage_batch(con: duckdb.DuckDBPyConnection, batch, layout_file=None) -> None:
+    """Turn one batch of tshark rows (an Arrow table, every column text; None for no rows) into
+    rows of the temporary tables created by :func:`begin`.  Batches hold whole datagrams, so
+    everything here is local to a batch; what needs the whole capture happens in
+    :func:`normalize`.  Datagrams with several QUIC packets wait in ``c_multi_raw`` for the last
+    batch, which comes with ``layout_file`` (tshark has ended: the per-packet field counts the
+    Lua tap wrote, frame number and counts, are complete) and stages them too."""
+    single = ("SELECT *, NULL::VARCHAR AS quicack_layout FROM tshark_rows "
+              "WHERE quic_header_form IS NULL OR NOT contains(quic_header_form, ',')")
+    if batch is not None:
+        con.register("tshark_rows", batch)
         con.execute("INSERT INTO c_multi_raw SELECT * FROM tshark_rows WHERE contains(quic_header_form, ',')")
-        _stage(con)
-    finally:
-        con.execute("DROP VIEW IF EXISTS tshark_batch")
-        con.unregister("tshark_rows")
-
-
-def finish(con: duckdb.DuckDBPyConnection, layout_file) -> None:
-    """Stage the datagrams holding several QUIC packets, cut by the per-packet field counts the
-    Lua tap wrote to ``layout_file`` (frame number, counts)."""
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
-        return
-    layouts = "SELECT NULL::BIGINT AS frame_number, NULL::VARCHAR AS layout WHERE false"
-    if layout_file.exists() and layout_file.stat().st_size:
-        layouts = (f"SELECT * FROM read_csv('{str(layout_file).replace(chr(39), chr(39) * 2)}', delim='\t', "
-                   "header=false, quote='', escape='', auto_detect=false, "
-                   "columns={'frame_number': 'BIGINT', 'layout': 'VARCHAR'})")
-    con.execute(f"""CREATE OR REPLACE TEMP VIEW tshark_batch AS
-        SELECT r.*, l.layout AS quicack_layout
-        FROM c_multi_raw r LEFT JOIN ({layouts}) l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)""")
+    if layout_file is None:
+        rows = single
+    else:
+        layouts = "SELECT NULL::BIGINT AS frame_number, NULL::VARCHAR AS layout WHERE false"
+        if layout_file.exists() and layout_file.stat().st_size:
+            layouts = (f"SELECT * FROM read_csv('{str(layout_file).replace(chr(39), chr(39) * 2)}', delim='\t', "
+                       "header=false, quote='', escape='', auto_detect=false, "
+                       "columns={'frame_number': 'BIGINT', 'layout': 'VARCHAR'})")
+        rows = (f"{single + ' UNION ALL ' if batch is not None else ''}"
+                f"SELECT r.*, l.layout AS quicack_layout FROM c_multi_raw r "
+                f"LEFT JOIN ({layouts}) l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)")
     try:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW tshark_batch AS {rows}")
         _stage(con)
     finally:
         con.execute("DROP VIEW IF EXISTS tshark_batch")
-        con.execute("DROP TABLE IF EXISTS c_multi_raw")
+        if batch is not None:
+            con.unregister("tshark_rows")
+    if layout_file is not None:
+        con.execute("DELETE FROM c_multi_raw")
 
 
 def _stage(con) -> None:
@@ -591,7 +587,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
+    for table in ("c_multi_raw", "c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
                   "dmap", "cstart", "pidx"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
