@@ -91,10 +91,7 @@ def _print_summary(summary: Summary, db: str) -> None:
     if refused:
         click.echo(f"failures: {refused}")
     if summary.file_ids:
-        from .store import Store
-        with Store(db, read_only=True) as store:
-            columns, rows = store.handshake_class_rows(summary.file_ids)
-        _print_table("handshakes by class:", columns, rows)
+        _print_table("handshakes by class:", *summary.handshake_classes)
 
 
 def _print_table(title: str, columns: list[str], rows: list[tuple]) -> None:

@@ -66,6 +66,8 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
                 summary.files.append(store.ingest(path, reanalyze=reanalyze, keylog=keylog,
                                                   quic_ports=quic_ports, progress=step,
                                                   dissection=dissection))
+            if summary.file_ids:
+                summary.handshake_classes = store.handshake_class_rows(summary.file_ids)
     finally:
         if early is not None:
             early.close()  # if the store could not be opened; else a no-op

@@ -112,6 +112,8 @@ class FileResult:
 @dataclass
 class Summary:
     files: list[FileResult] = field(default_factory=list)
+    #: Connections of these files per handshake class (quicack.store.Store.handshake_class_rows).
+    handshake_classes: tuple[list[str], list[tuple]] = ((), ())
 
     def count(self, status: str) -> int:
         return sum(1 for f in self.files if f.status == status)

@@ -29,7 +29,6 @@ import gzip
 import hashlib
 import io
 import os
-import queue
 import re
 import shutil
 import subprocess
@@ -135,6 +134,7 @@ function tap.packet(pinfo, tvb)
     if counts.form > 0 then row[#row + 1] = table.concat(counts, ".") end
   end
   out:write(pinfo.number, "\\t", table.concat(row, ";"), "\\n")
+  out:flush()  -- read while tshark runs (quicack.capture.Staging.idle)
 end
 function tap.draw() out:flush() end
 """
@@ -325,7 +325,10 @@ class Dissection:
         lua = Path(self._tmp.name) / "quicack_layout.lua"
         self.layout_file = Path(self._tmp.name) / "layout.tsv"
         lua.write_text(lua_script(self.layout_file))
-        self._chunks: queue.SimpleQueue = queue.SimpleQueue()
+        self._buffer = bytearray()  # tshark's output not taken yet, filled by the pump thread
+        self._lock = threading.Lock()
+        self._ready = threading.Event()  # MIN_BATCH_BYTES in the buffer, or tshark's output closed
+        self._eof = False
         self._stderr: list[bytes] = []
         self._closed = False
         try:
@@ -354,32 +357,37 @@ class Dissection:
 
     def _pump(self) -> None:
         while block := self.proc.stdout.read(1 << 20):
-            self._chunks.put(block)
-        self._chunks.put(None)
+            with self._lock:
+                self._buffer += block
+                if len(self._buffer) >= MIN_BATCH_BYTES:
+                    self._ready.set()
+        with self._lock:
+            self._eof = True
+            self._ready.set()
 
-    def blocks(self):
-        """tshark's output as (block of whole rows, last): a block as soon as MIN_BATCH_BYTES
-        arrived, holding everything that arrived meanwhile; the last one (maybe empty) once
-        tshark has closed its output."""
-        pending = bytearray()
-        done = False
-        while not done:
-            item = self._chunks.get()
-            while True:
-                if item is None:
-                    done = True
-                    break
-                pending += item
-                try:
-                    item = self._chunks.get_nowait()
-                except queue.Empty:
-                    break
+    def blocks(self, idle=None):
+        """tshark's output in blocks of whole rows: one as soon as MIN_BATCH_BYTES arrived,
+        holding everything that arrived meanwhile; the rest once tshark has closed its output.
+        ``idle()`` is called before waiting for tshark (work that can wait)."""
+        pending = b""
+        while True:
+            if idle is not None and not self._ready.is_set():
+                idle()
+            self._ready.wait()
+            with self._lock:
+                taken, self._buffer = self._buffer, bytearray()
+                done = self._eof
+                if not done:
+                    self._ready.clear()
+            pending += taken
             if done:
-                yield bytes(pending), True
-            elif len(pending) >= MIN_BATCH_BYTES and (cut := pending.rfind(b"\n") + 1) > 0:
-                block = bytes(pending[:cut])
-                del pending[:cut]
-                yield block, False
+                if pending.strip():
+                    yield pending
+                return
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                block, pending = pending[:cut], pending[cut:]
+                yield block
 
     def wait(self) -> tuple[int, str]:
         """(exit status, stderr) once tshark has ended."""
@@ -430,9 +438,8 @@ def _parse(block: bytes, bad_rows: list[int]):
 
 
 def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str]]:
-    """Hand every block of tshark's rows to :func:`quicack.capture.stage_batch` while tshark
-    still dissects; the last one also stages the datagrams holding several QUIC packets, cut by
-    the Lua layout (complete once tshark has ended).  Return (frames, tshark version, warnings);
+    """Stage every block of tshark's rows (:class:`quicack.capture.Staging`) while tshark still
+    dissects, then what waited for tshark's end.  Return (frames, tshark version, warnings);
     raise QuicackError if the capture cannot be read."""
     import pyarrow as pa
 
@@ -441,16 +448,17 @@ def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str]]:
     path = dissection.path
     frames = 0
     bad_rows: list[int] = []
+    staging = capture.Staging(con, dissection.layout_file)
     try:
-        for block, last in dissection.blocks():
-            table = _parse(block, bad_rows) if block.strip() else None
-            frames += table.num_rows if table is not None else 0
-            if last:  # tshark has ended: its layout file is complete
-                version, warnings = _outcome(path, frames, *dissection.wait())
-            capture.stage_batch(con, table, dissection.layout_file if last else None)
+        for block in dissection.blocks(staging.idle):
+            table = _parse(block, bad_rows)
+            frames += table.num_rows
+            staging.add(table)
     except pa.ArrowInvalid as e:
         dissection.close()
         raise QuicackError(f"unreadable tshark output: {e}", str(path)) from None
+    version, warnings = _outcome(path, frames, *dissection.wait())
+    staging.finish()  # tshark has ended: its layout file is complete
     if bad_rows:
         warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
     return frames, version, warnings
@@ -498,14 +506,12 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
         threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
         con.execute("SET threads = 1")
         try:
-            capture.begin(con)
             frames, version, warnings = _run(con, dissection)
             forced = sorted(set(capture.ports_to_force(con)) - set(ports))
             if forced:  # tshark's heuristics missed QUIC on these ports: decode them as QUIC
                 dissection.close()
                 dissection = Dissection(path, keylog, sorted(set(ports) | set(forced)))
                 ports = dissection.ports
-                capture.begin(con)
                 frames, version, warnings = _run(con, dissection)
         finally:
             con.execute(f"SET threads = {int(threads)}")
