@@ -288,11 +288,11 @@ def _tshark_error(stderr: str) -> str:
     return " ".join(lines)[:400]
 
 
-#: Rows are handed to DuckDB as soon as this many bytes of them (≈ 3k frames) have arrived, or
-#: more if more came while DuckDB worked on the previous batch: batches stay few enough to keep
-#: DuckDB's per-batch cost (~50 ms of planning) small, and the batch left when tshark ends —
-#: the only one not overlapped with dissection — stays small too.
-MIN_BATCH_BYTES = 512 << 10
+#: Rows are staged as soon as this many bytes of them (≈ 6k frames) have arrived, or more if
+#: more came while the previous batch was staged: few batches (each costs a few milliseconds
+#: whatever its size), and a small one left when tshark ends — the only one not overlapped with
+#: dissection.
+MIN_BATCH_BYTES = 1 << 20
 
 #: Pipe buffer asked for tshark's output (Linux F_SETPIPE_SZ): fewer wake-ups of the reader.
 _PIPE_BYTES = 1 << 20

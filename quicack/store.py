@@ -257,7 +257,7 @@ class Store:
                 file_id, name, digest.value(), path.stat().st_size, staged.format, staged.qlog_version,
                 ANALYSIS_VERSION, datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
             result = self._file_result(file_id, name, staged.warnings)
-            self.con.execute("COMMIT")
+            self._commit(write_through=is_capture)
             return result
         except QuicackError as e:
             self.con.execute("ROLLBACK")
@@ -269,6 +269,20 @@ class Store:
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
+
+    def _commit(self, write_through: bool) -> None:
+        """COMMIT; ``write_through``: the rows go to the database file at once (a checkpoint)
+        instead of to the write-ahead log and again to the file when the store closes — for a
+        capture of 40k packets ~0.04 s less, which a user of ``quicack analyze`` waits for."""
+        if not write_through:
+            self.con.execute("COMMIT")
+            return
+        threshold = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
+        self.con.execute("SET checkpoint_threshold = '0b'")
+        try:
+            self.con.execute("COMMIT")
+        finally:
+            self.con.execute(f"SET checkpoint_threshold = '{threshold}'")
 
     def _delete_file(self, file_id: int) -> None:
         ids = "(SELECT connection_id FROM connections WHERE file_id = ?)"
