@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -357,6 +358,8 @@ class Dissection:
 
     def _pump(self) -> None:
         while block := self.proc.stdout.read(1 << 20):
+            if len(block) < _PIPE_BYTES // 8:
+                time.sleep(0.005)  # let tshark fill the pipe: fewer, larger reads (less CPU)
             with self._lock:
                 self._buffer += block
                 if len(self._buffer) >= MIN_BATCH_BYTES:
