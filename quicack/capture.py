@@ -733,11 +733,11 @@ def _warnings(con, staged: StagedCapture) -> list[str]:
         else:
             hint = f"the secrets ({staged.keylog or 'Decryption Secrets Block'}) do not cover them"
         warnings.append(f"{path}: {n} of {total} QUIC packets not decrypted ({listed}); {hint}")
-    malformed, versions = con.execute("""
-        SELECT count(*) FILTER (WHERE d.malformed),
-               string_agg(DISTINCT p.version_text, ', ') FILTER (WHERE p.header_form = 1 AND p.version <> 0)
-        FROM c_dgram d JOIN dmap USING (frame_number) LEFT JOIN c_pkt p USING (frame_number)""").fetchall()[0]
+    malformed = con.execute("SELECT count(*) FROM c_dgram JOIN dmap USING (frame_number) "
+                            "WHERE malformed").fetchall()[0][0]
     if malformed:
+        versions = con.execute("""SELECT string_agg(DISTINCT version_text, ', ') FROM pk
+                                  WHERE header_form = 1 AND version <> 0""").fetchall()[0][0]
         warnings.append(f"{path}: tshark found {malformed} malformed QUIC datagrams (versions seen: "
                         f"{versions or 'none'}; tshark does not dissect every QUIC version, e.g. drafts older than "
                         "the invariants of RFC 8999): "
