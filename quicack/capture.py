@@ -1,9 +1,10 @@
 """From tshark's rows (see :mod:`quicack.pcap`) to the normalized tables.
 
 Theory of operation: a capture is a network vantage point.  Every captured UDP datagram is cut
-into its QUIC packets and every packet into its frames, entirely in DuckDB, batch by batch while
-tshark still runs (:class:`Staging`); then connections are found over the whole capture, at
-datagram granularity, and the store tables filled (:func:`normalize`):
+into its QUIC packets and every packet into its frames, batch by batch while tshark still runs
+(:class:`Staging`: Arrow compute in :mod:`quicack.fastpath` for datagrams of one packet, the SQL
+here for the others); then connections are found over the whole capture, at datagram
+granularity, and the store tables filled (:func:`normalize`):
 
 1. *Datagrams* (``c_dgram``): addresses, ports, time, what the datagram tells about who is
    client and server, GSO suspicion, transport parameters.

@@ -2,17 +2,20 @@
 
 Theory of operation: tshark (Wireshark's dissector, Debian package ``tshark``) decrypts and
 dissects the capture once and streams ``-T fields`` rows — one row per captured frame, every
-field's occurrences joined by commas — through a pipe.  A thread empties the pipe; every few MB of
-rows are parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
-:func:`quicack.capture.stage_batch`, which turns them into rows with DuckDB while tshark goes on
-dissecting.  No per-packet Python runs.
+field's occurrences joined by commas — through a pipe.  A thread empties the pipe; each MB or
+so of rows is parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
+:class:`quicack.capture.Staging` (Arrow compute for nearly every datagram, DuckDB for the rest)
+while tshark goes on dissecting.  No per-packet Python runs.  A user waits for the start-up too:
+``quicack analyze`` starts tshark (:class:`Dissection`), whose dissectors take a few tenths of
+a second to load, before it loads DuckDB and opens the store.
 
 ``-T fields`` flattens the QUIC packets coalesced in one UDP datagram: the frame types of an
 Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua tap (generated below),
 called by tshark only for datagrams with more than one QUIC packet (its filter), walks their
 protocol tree and writes to a side file, per QUIC packet, how many occurrences of each per-packet
 field it holds (``frame number<TAB>c1.c2…;c1.c2…``); :mod:`quicack.capture` cuts the lists with
-those counts.  The usual one-packet datagram never reaches Lua, so it costs nothing.
+those counts, as soon as a line is written (the tap flushes it).  The usual one-packet datagram
+never reaches Lua, so it costs nothing.
 
 Secrets: ``--keylog FILE``; else a key log beside the capture (``<name>.keys``, ``<name>.keylog``,
 ``keys.log``, ``sslkeylog``, ``sslkeylog.log``, ``sslkeylogfile``, or the only ``*.keys`` of the
@@ -491,9 +494,9 @@ def _outcome(path: Path, frames: int, returncode: int, stderr: str) -> tuple[str
 def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | tuple[int, ...] = (),
           dissection: Dissection | None = None) -> StagedCapture:
     """Dissect ``path`` with tshark (or take the running ``dissection`` of it, which this closes);
-    :func:`quicack.capture.stage_batch` turns each batch of rows into per-datagram, per-packet
-    and per-frame temporary tables while tshark runs (DuckDB on one thread, tshark on the other
-    core).  Raise QuicackError if the capture is unreadable."""
+    :class:`quicack.capture.Staging` turns each batch of rows into per-datagram, per-packet
+    and per-frame temporary tables while tshark runs (this thread, DuckDB on one thread; tshark
+    on the other core).  Raise QuicackError if the capture is unreadable."""
     from . import capture
 
     name = str(path)
