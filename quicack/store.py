@@ -227,8 +227,8 @@ class Store:
             else:
                 with reader.open_source(path, self.con) as staged:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
-                    for part in staged.slices():  # bounded slices, in file order
-                        normalizer.add(part.trace_index, reader.stage(self.con, staged, part))
+                    for part, events in reader.staged_slices(self.con, staged):  # bounded, in file order
+                        normalizer.add(part.trace_index, events)
                         report(part.done_bytes)
                         unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
                                                                        is_capture)
