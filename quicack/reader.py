@@ -522,7 +522,12 @@ def _cut_array(source: Source, f, start: int, size: int, side):
         window = f.read(min(want, bound - cur))
         reaches_bound = cur + len(window) >= bound
         if reaches_bound:
-            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window)], side)
+            # The array usually ends just before the bound: look in the tail first.
+            tail_at = max(0, len(window) - (1 << 16))
+            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)], side)
+            if found is None and tail_at:
+                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at],
+                                  side)
             if found is None and bound < size:
                 # The "events" key found next was inside an event: look up to the one after it.
                 following = _search(f, _EVENTS_KEY, bound + 1, size)
