@@ -194,7 +194,7 @@ def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_stops_the_stag
     path = tmp_path / "late.sqlog"
     path.write_bytes(b"".join(records))
     result = store.ingest(path)
-    offset = len(b"".join(records[:broken_at]))
+    offset = len(b"".join(records[:broken_at])) + 1  # the record's JSON text, after its RS
     assert result.status == "refused"
     # records count from 1, the header being the first
     assert result.error.startswith(f"{path} at byte {offset}: malformed record {broken_at + 1}: "), result.error
