@@ -14,6 +14,7 @@ the client host, as scanners and browsers' captures are.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 
 import duckdb
@@ -206,14 +207,19 @@ _VIEWS_SQL = """
     FROM connections c WHERE connection_id >= $first AND vantage IN ('client', 'server', 'network')
 """
 
-_SENT_SQL = """
-    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
-           coalesce(p.ack_eliciting, true), p.event_index
+_SENT_FROM = """
     FROM packets p JOIN rv USING (connection_id)
     WHERE p.connection_id >= $first AND p.sender = rv.me AND p.packet_number IS NOT NULL
           AND p.packet_number_space IS NOT NULL
+"""
+_SENT_SQL = f"""
+    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
+           coalesce(p.ack_eliciting, true), p.event_index
+    {_SENT_FROM}
     ORDER BY p.connection_id, p.packet_number_space, p.packet_number, p.event_index
 """
+#: the runs of _SENT_SQL's rows, one per (connection, space), in its order
+_SENT_RUNS_SQL = f"SELECT p.connection_id, p.packet_number_space, count(*) {_SENT_FROM} GROUP BY ALL ORDER BY 1, 2"
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
@@ -265,46 +271,68 @@ _EVENT_SQL = """
 """
 
 
-def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list:
+def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tuple]:
+    """Replay every new connection, store its samples in rtt_samples and return its rp row."""
     con.execute(_VIEWS_SQL, {"first": first_id})
     views = con.execute("SELECT connection_id, me, pto_observable FROM rv ORDER BY 1").fetchall()
     if not views:
         return []
     sent = _sent_logs(con, first_id)
     events = _EventStream(con, first_id)
-    replays = []
-    columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
+    rows, batches = [], []
     for cid, me, pto_observable in views:
         result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
                                  sent=sent.pop(cid, {}))
-        for s in result.samples:
-            values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
-                      s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
-                      s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
-            for name, value in zip(_SAMPLE_FIELDS, values):
-                columns[name].append(value)
-        replays.append((cid, me, result, handshakes.get(cid)))
-    if columns["connection_id"]:
-        _insert_samples(con, first_id, columns)
+        # Samples leave Python objects for Arrow batches as each connection is done.
+        for start in range(0, len(result.samples), SAMPLE_BATCH):
+            batches.append(_sample_batch(cid, result.samples[start:start + SAMPLE_BATCH]))
+        rows.append(_replay_row(cid, me, result, handshakes.get(cid)))
+    if batches:
+        _insert_samples(con, first_id, pa.Table.from_batches(batches))
     con.execute("DROP TABLE IF EXISTS rv")
-    return replays
+    return rows
+
+
+#: RTT samples converted to one Arrow batch at a time
+SAMPLE_BATCH = 8192
+
+
+def _sample_batch(cid: int, samples: list[recovery.Sample]) -> pa.RecordBatch:
+    columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
+    for s in samples:
+        values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
+                  s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
+                  s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
+        for name, value in zip(_SAMPLE_FIELDS, values):
+            columns[name].append(value)
+    return pa.RecordBatch.from_pydict({name: pa.array(values, type=_arrow_type(name))
+                                       for name, values in columns.items()})
 
 
 def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
-    """Every replayed endpoint's sent packets as columns, per connection and space (no Python
-    object per packet)."""
+    """Every replayed endpoint's sent packets as columns, per connection and space: typed arrays
+    copied from Arrow buffers (no Python object per packet)."""
     table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
-    ids, spaces = table.column(0).to_pylist(), table.column(1).to_pylist()
-    columns = [table.column(i).to_pylist() for i in range(2, 6)]
+    columns = [_typed(table.column(i), code) for i, code in zip(range(2, 6), "qdbq")]
     logs: dict[int, dict[str, recovery.SentLog]] = {}
     start = 0
-    while start < len(ids):
-        end = start
-        while end < len(ids) and ids[end] == ids[start] and spaces[end] == spaces[start]:
-            end += 1
-        logs.setdefault(ids[start], {})[spaces[start]] = recovery.SentLog(*(col[start:end] for col in columns))
+    for cid, space, n in con.execute(_SENT_RUNS_SQL, {"first": first_id}).fetchall():
+        end = start + n
+        logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
         start = end
     return logs
+
+
+def _typed(column: pa.ChunkedArray, code: str) -> array:
+    """A non-null Arrow column as an ``array.array`` of type ``code`` ('q' int64, 'd' float64,
+    'b' int8 for booleans), copied from its buffers."""
+    arrow_type = {"q": pa.int64(), "d": pa.float64(), "b": pa.int8()}[code]
+    out = array(code)
+    for chunk in column.cast(arrow_type).chunks:
+        width = out.itemsize
+        data = chunk.buffers()[1]
+        out.frombytes(memoryview(data)[chunk.offset * width:(chunk.offset + len(chunk)) * width])
+    return out
 
 
 class _EventStream:
@@ -360,8 +388,7 @@ class _EventStream:
                 yield recovery.RetryReceived(t, at)
 
 
-def _insert_samples(con, first_id: int, columns: dict[str, list]) -> None:
-    table = pa.table({name: pa.array(values, type=_arrow_type(name)) for name, values in columns.items()})
+def _insert_samples(con, first_id: int, table: pa.Table) -> None:
     con.register("replay_samples_arrow", table)
     try:
         # The values the implementation logged right after the same ACK: the first metrics event
@@ -440,18 +467,20 @@ def _arrow_type(name: str) -> pa.DataType:
     return pa.float64()
 
 
-def _update_replay_columns(con, replays: list) -> None:
-    rows = []
-    for cid, endpoint, result, handshake in replays:
-        notes = []
-        if result.acks_of_unknown_packets:
-            notes.append(f"acks_of_packets_not_in_trace:{result.acks_of_unknown_packets}")
-        first = result.samples[0] if result.samples else None
-        counterfactual = None
-        if first is not None and handshake is not None and endpoint == "client":
-            counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
-        rows.append((cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
-                     result.first_pto_ms, counterfactual, notes))
+def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Handshake | None) -> tuple:
+    """The connection's replay columns (``_REPLAY_COLUMNS``)."""
+    notes = []
+    if result.acks_of_unknown_packets:
+        notes.append(f"acks_of_packets_not_in_trace:{result.acks_of_unknown_packets}")
+    first = result.samples[0] if result.samples else None
+    counterfactual = None
+    if first is not None and handshake is not None and endpoint == "client":
+        counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
+    return (cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
+            result.first_pto_ms, counterfactual, notes)
+
+
+def _update_replay_columns(con, rows: list[tuple]) -> None:
     if not rows:
         return
     con.execute("DROP TABLE IF EXISTS rp")

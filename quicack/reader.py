@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import queue
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -520,7 +522,12 @@ def _cut_array(source: Source, f, start: int, size: int, side):
         window = f.read(min(want, bound - cur))
         reaches_bound = cur + len(window) >= bound
         if reaches_bound:
-            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window)], side)
+            # The array usually ends just before the bound: look in the tail first.
+            tail_at = max(0, len(window) - (1 << 16))
+            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)], side)
+            if found is None and tail_at:
+                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at],
+                                  side)
             if found is None and bound < size:
                 # The "events" key found next was inside an event: look up to the one after it.
                 following = _search(f, _EVENTS_KEY, bound + 1, size)
@@ -666,6 +673,53 @@ def _salvage(data: bytes):
 
 
 # --- staging one slice into ev ------------------------------------------------------------------
+
+def staged_slices(con: duckdb.DuckDBPyConnection, source: Source) -> Iterator[tuple[Slice, pa.Table]]:
+    """Each slice of ``source`` with its staged events (:func:`stage`), in file order.
+
+    The next slice is cut and staged in a thread, on a cursor of ``con`` (it only reads files),
+    while the caller normalizes the current one: DuckDB releases the GIL while it parses, so the
+    two overlap on two cores.  The thread stages a slice only once the caller has taken the
+    previous one, so at most two slices are held at a time.
+    """
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    cursor = con.cursor()
+
+    def produce() -> None:
+        try:
+            for part in source.slices():
+                if stop.is_set():
+                    break
+                handoff.put((part, stage(cursor, source, part)))
+                handoff.join()  # until the caller has taken it
+        except BaseException as e:  # handed to the caller, raised there
+            handoff.put(e)
+            return
+        handoff.put(None)
+
+    worker = threading.Thread(target=produce, name="quicack-stage", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = handoff.get()
+            handoff.task_done()
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # let a waiting thread finish its put
+            try:
+                handoff.get(timeout=0.05)
+                handoff.task_done()
+            except queue.Empty:
+                pass
+        worker.join()
+        cursor.close()
+
 
 def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
     """The events of one slice as an Arrow table (row, group_key, t_ms, name, rec), in file order."""

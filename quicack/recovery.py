@@ -14,8 +14,9 @@ to a packet number space); the PTO is computed per packet number space (§6.2.1)
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 INITIAL = "initial"
@@ -239,14 +240,16 @@ class SentLog:
 
     __slots__ = ("numbers", "times", "eliciting", "sent_at", "_next")
 
-    def __init__(self, numbers: list[int], times: list[float], eliciting: list[bool], sent_at: list[int]):
-        order = sorted(range(len(numbers)), key=numbers.__getitem__) \
-            if any(numbers[i] > numbers[i + 1] for i in range(len(numbers) - 1)) else None
-        if order is not None:
+    def __init__(self, numbers: Sequence[int], times: Sequence[float], eliciting: Sequence[bool],
+                 sent_at: Sequence[int], *, presorted: bool = False):
+        """Columns of equal length (lists, or ``array.array`` for long traces); ``presorted``:
+        the caller guarantees ascending packet numbers (else they are sorted here)."""
+        if not presorted and any(numbers[i] > numbers[i + 1] for i in range(len(numbers) - 1)):
+            order = sorted(range(len(numbers)), key=numbers.__getitem__)
             numbers, times, eliciting, sent_at = ([col[i] for i in order]
                                                   for col in (numbers, times, eliciting, sent_at))
         self.numbers, self.times, self.eliciting, self.sent_at = numbers, times, eliciting, sent_at
-        self._next = list(range(len(numbers) + 1))
+        self._next = array("q", range(len(numbers) + 1))
 
     @classmethod
     def from_packets(cls, packets: Iterable[Sent]) -> dict[str, "SentLog"]:

@@ -13,6 +13,7 @@ the hash is known).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import threading
@@ -57,7 +58,7 @@ SYNC_HASH_BYTES = 8 << 20
 #: reader.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
 #: file early), the allocator hands freed memory back sooner, and queries see the per-slice Arrow
 #: tables of quicack.normalize by name.  The previous values are restored afterwards.
-INGEST_SETTINGS = {"memory_limit": "128MB", "allocator_flush_threshold": "32MB",
+INGEST_SETTINGS = {"memory_limit": "96MB", "allocator_flush_threshold": "32MB",
                    "python_enable_replacements": "true", "python_scan_all_frames": "false"}
 
 #: Upgrades from an older schema version to the next one.
@@ -232,10 +233,11 @@ class Store:
                 staged = pcap.stage(self.con, path, keylog, quic_ports, dissection)
                 capture.normalize(self.con, file_id, first_connection, staged)
             else:
-                with reader.open_source(path, self.con) as staged:
+                with reader.open_source(path, self.con) as staged, \
+                        contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
-                    for part in staged.slices():  # bounded slices, in file order
-                        normalizer.add(part.trace_index, reader.stage(self.con, staged, part))
+                    for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
+                        normalizer.add(part.trace_index, events)
                         report(part.done_bytes)
                         unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
                                                                        is_capture)
