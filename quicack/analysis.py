@@ -388,9 +388,21 @@ class _EventStream:
                 yield recovery.RetryReceived(t, at)
 
 
+_SAMPLE_COLUMNS = ("connection_id, event_index, time_ms, packet_number_space, largest_acknowledged, "
+                   "latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms, "
+                   "smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags")
+
+
 def _insert_samples(con, first_id: int, table: pa.Table) -> None:
     con.register("replay_samples_arrow", table)
     try:
+        if not con.execute("SELECT EXISTS (SELECT 1 FROM logged_metrics WHERE connection_id >= ?)",
+                           [first_id]).fetchall()[0][0]:
+            # Nothing logged to set beside the replay (captures, traces without metrics events).
+            con.execute(f"""INSERT INTO rtt_samples
+                SELECT {_SAMPLE_COLUMNS}, {", ".join(["NULL"] * 9)}
+                FROM replay_samples_arrow ORDER BY connection_id, event_index""")
+            return
         # The values the implementation logged right after the same ACK: the first metrics event
         # after the ACK's packet that carries an RTT value, if it comes before the next packet the
         # endpoint received (otherwise it belongs to something else); fields it did not log again
