@@ -51,6 +51,10 @@ def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
 
 
+#: Captures with fewer frames than a DuckDB row group holds (122,880 rows) are normalized,
+#: analyzed and committed on one thread (the caller's setting is restored afterwards).
+ONE_THREAD_FRAMES = 122_880
+
 #: Files up to this size are hashed before staging; larger ones while staging, in a thread.
 SYNC_HASH_BYTES = 8 << 20
 
@@ -191,8 +195,12 @@ class Store:
             if unchanged:
                 return unchanged
             if is_capture:
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
-                                         dissection)
+                threads = int(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+                try:
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                             dissection, threads)
+                finally:
+                    self.con.execute(f"SET threads = {threads}")
             saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in INGEST_SETTINGS}
             for k, v in INGEST_SETTINGS.items():
                 self.con.execute(f"SET {k} = '{v}'")
@@ -223,7 +231,7 @@ class Store:
 
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
                      quic_ports: tuple[int, ...], is_capture: bool,
-                     dissection: pcap.Dissection | None = None) -> FileResult:
+                     dissection: pcap.Dissection | None = None, threads: int = 1) -> FileResult:
         self.con.execute("BEGIN")
         try:
             file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
@@ -231,6 +239,9 @@ class Store:
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             if is_capture:
                 staged = pcap.stage(self.con, path, keylog, quic_ports, dissection)
+                # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
+                # committed faster by one thread than by several that wait for one another.
+                self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
                 capture.normalize(self.con, file_id, first_connection, staged)
             else:
                 with reader.open_source(path, self.con) as staged, \

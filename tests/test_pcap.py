@@ -502,3 +502,16 @@ def test_the_fast_path_leaves_what_it_cannot_read_to_the_general_path():
     assert out.held["frame_number"].to_pylist() == ["2", "3"]
     bad = fastpath.split(rows({}, {"frame_number": "2", "quic_packet_number": "seven"}))
     assert bad.datagrams.num_rows == 0 and bad.held["frame_number"].to_pylist() == ["1", "2"]
+
+
+def test_a_capture_ingest_leaves_the_stores_thread_setting_as_it_was(tmp_path):
+    """A capture is staged beside tshark, and a small one normalized, on one DuckDB thread;
+    the store's own setting comes back afterwards, whether the capture was taken or refused."""
+    bogus = tmp_path / "bogus.pcap"
+    bogus.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 40)  # a pcap header cut short
+    with Store(tmp_path / "s.duckdb") as store:
+        store.con.execute("SET threads = 3")
+        assert store.ingest(AIOQUIC / "cap.pcapng").status == "ingested"
+        assert store.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
+        assert store.ingest(bogus).status == "refused"
+        assert store.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
