@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from . import recovery
+from .rows import insert as insert_rows
 from .classify import IACK, IACK_PING, WFC, Close, Handshake, classify
 from .model import Frame, Packet
 
@@ -55,9 +56,7 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     con.execute("DROP TABLE IF EXISTS hs")
     con.execute(f"""CREATE TEMP TABLE hs (connection_id BIGINT, {', '.join(
         f'{c} {t}' for c, t in _hs_types())})""")
-    rows = [(cid, *_handshake_values(h)) for cid, h in handshakes.items()]
-    if rows:
-        con.executemany(f"INSERT INTO hs VALUES ({', '.join('?' * (len(_HANDSHAKE_COLUMNS) + 1))})", rows)
+    insert_rows(con, "hs", [(cid, *_handshake_values(h)) for cid, h in handshakes.items()])
     con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = hs.{col}' for col in _HANDSHAKE_COLUMNS)}
         FROM hs WHERE c.connection_id = hs.connection_id""")
     _fill_sql_figures(con, first_connection_id)
@@ -486,7 +485,7 @@ def _update_replay_columns(con, rows: list[tuple]) -> None:
     con.execute("DROP TABLE IF EXISTS rp")
     con.execute("""CREATE TEMP TABLE rp (connection_id BIGINT, replay_endpoint VARCHAR, replay_samples INTEGER,
         first_rtt_sample_ms DOUBLE, first_pto_ms DOUBLE, counterfactual_first_pto_ms DOUBLE, replay_notes VARCHAR[])""")
-    con.executemany("INSERT INTO rp VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    insert_rows(con, "rp", rows)
     con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = rp.{col}' for col in _REPLAY_COLUMNS)}
         FROM rp WHERE c.connection_id = rp.connection_id""")
     con.execute("DROP TABLE rp")

@@ -228,7 +228,7 @@ class Store:
                 with reader.open_source(path, self.con) as staged:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
                     for part, events in reader.staged_slices(self.con, staged):  # bounded, in file order
-                        normalizer.add(part.trace_index, events)
+                        normalizer.add(part.trace_index, events, part.traces)
                         report(part.done_bytes)
                         unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
                                                                        is_capture)
