@@ -9,8 +9,18 @@ The Python API used by the CLI and by notebooks::
         acks = store.sql("SELECT * FROM frames WHERE frame_type = 'ack'")
 """
 
-from .ingest import analyze
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, QuicackError, Summary
-from .store import Store
 
 __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "SCHEMA_VERSION"]
+
+
+def __getattr__(name: str):
+    # The store and the ingest path (DuckDB, Arrow, polars) load on first use, not with every
+    # submodule: a scan's probing processes import only what probing needs.
+    if name == "analyze":
+        from .ingest import analyze
+        return analyze
+    if name == "Store":
+        from .store import Store
+        return Store
+    raise AttributeError(f"module 'quicack' has no attribute {name!r}")

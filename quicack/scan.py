@@ -50,12 +50,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
-from . import cidtag, dumpcap, probe, scanstore, targets
+from . import cidtag, dumpcap, probe, targets
 from .model import QuicackError
-from .store import Store
+
+if TYPE_CHECKING:
+    from .store import Store
+
+# The store (DuckDB, Arrow) is imported where it is used, not here: probing processes import
+# this module (their options are a ScanOptions) and need aioquic only (~0.2 s less start-up).
 
 RESUME_CHUNK = 1000
 QLOG_HEADER = b'{"qlog_format":"JSON","qlog_version":"0.3","title":"quicack scan","traces":['
@@ -548,6 +554,7 @@ class Writer(threading.Thread):
             if keylog:
                 row["keylog_path"] = str(self.keylog_path)
             rows.append(row)
+        from . import scanstore
         con.execute("BEGIN")
         try:
             scanstore.insert_probes(con, rows)
@@ -606,6 +613,7 @@ def default_out_dir(db: str, run: str, shard: str) -> Path:
 async def _dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
                     write_refused: Callable, writer: Writer, inflight: Callable[[], int],
                     window: int, stop: asyncio.Event, check: Callable[[], None]) -> None:
+    from . import scanstore
     policy = targets.Policy(targets.Exclusions.read(opts.exclude_file) if opts.exclude_file
                             else targets.Exclusions(), opts.allow_private)
     resolver = Resolver(opts)
@@ -755,6 +763,8 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
 def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = None,
          on_start: Callable[[dict], None] | None = None) -> ScanSummary:
     """Run (or resume) a scan; return what happened.  Raises QuicackError for bad input."""
+    from . import scanstore
+    from .store import Store
     quiet_aioquic()
     list_path = Path(opts.list_path)
     total_targets = sum(1 for t in targets.read_list(list_path) if in_shard(t.index, opts.shard))
@@ -807,6 +817,7 @@ def _ingest_pending(store: Store, run_id: int, progress: Progress,
                     on_progress: Callable[[Progress], None] | None) -> list[str]:
     """Ingest every qlog file of the run whose probes are not linked yet (this scan's, or those
     of a scan killed before it got there); return the errors of refused files."""
+    from . import scanstore
     pending = scanstore.unlinked_files(store.con, run_id)
     progress.phase, progress.files_to_ingest, progress.files_ingested = "ingesting", len(pending), 0
     failures = []
