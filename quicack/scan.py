@@ -1,6 +1,6 @@
 """`quicack scan` as a Python function: targets → probes → qlog files → the store.
 
-Theory of operation, one process (``workers = 1``) or several:
+Theory of operation, one process (``workers = 1``; what ``'auto'`` gives on two cores) or several:
 
     list (streamed) ─► dispatcher ─► executor(s) ─► results ─► writer thread ─► DuckDB
       resolve, exclude,   (asyncio)   probes with          batch qlog file,     probes rows,
@@ -92,7 +92,8 @@ class ScanOptions:
     exclude_file: str | None = None
     allow_private: bool = False
     shard: tuple[int, int] | None = None
-    workers: int = 1
+    #: probing processes, or 'auto' (:func:`auto_workers`)
+    workers: int | str = "auto"
     pcap: str | None = None
     pcap_interface: str | None = None
     batch_size: int = 200
@@ -169,6 +170,31 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise QuicackError(f"--shard expects K/N with 1 ≤ K ≤ N, got {value!r}") from None
     return k, n
+
+
+def auto_workers() -> int:
+    """``--workers auto``: one probing process per core this process may use, less one for the
+    parent (dispatch, the writer thread, DuckDB) — so on two cores the probes run in the parent
+    itself.  Measured on two shared cores with the servers on the same host (benchmarks/scan.py):
+    one process probes faster and at less CPU per probe than two workers, which add a pickle
+    and a pipe per probe and compete with the servers and the parent."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def worker_count(workers: int | str) -> int:
+    if workers == "auto":
+        return auto_workers()
+    try:
+        count = int(workers)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise QuicackError(f"--workers expects a count ≥ 1 or 'auto', got {workers!r}")
+    return count
 
 
 def in_shard(index: int, shard: tuple[int, int] | None) -> bool:
@@ -715,8 +741,9 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
     pool = None
     executor = None
     window = max(opts.concurrency * 2, 16)
-    if opts.workers > 1:
-        pool = WorkerPool(opts, run_tag, deliver, opts.workers)
+    workers = worker_count(opts.workers)
+    if workers > 1:
+        pool = WorkerPool(opts, run_tag, deliver, workers)
         submit_job = pool.submit
     else:
         executor = Executor(opts, run_tag, deliver)
@@ -771,8 +798,9 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
     list_sha = file_sha256(list_path)
     run_name = opts.run or list_path.stem
     shard = opts.shard_text()
+    worker_count(opts.workers)  # errors before anything is written
     if opts.hosts_file:
-        targets.read_hosts(opts.hosts_file)  # errors before anything is written
+        targets.read_hosts(opts.hosts_file)
     if opts.exclude_file:
         targets.Exclusions.read(opts.exclude_file)
     out_dir = (Path(opts.out_dir) if opts.out_dir else default_out_dir(opts.db, run_name, shard)).resolve()
