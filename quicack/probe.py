@@ -527,6 +527,13 @@ class Probe:
         if self.sock is not None:
             self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
+        # Break the finished connection's reference cycles (its frame-handler table, loss
+        # recovery and TLS callbacks hold bound methods of it; H3 holds it): reference counting
+        # then frees a probe's ~400 objects here, instead of the cyclic garbage collector
+        # finding them later (~0.8 ms of CPU per probe with 200 in flight).
+        for part in (self.h3, quic):
+            if part is not None:
+                part.__dict__.clear()
         self.done.set_result(r)
 
 
