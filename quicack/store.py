@@ -13,6 +13,7 @@ the hash is known).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import threading
@@ -225,9 +226,10 @@ class Store:
                 staged = pcap.stage(self.con, path, keylog, quic_ports)
                 capture.normalize(self.con, file_id, first_connection, staged)
             else:
-                with reader.open_source(path, self.con) as staged:
+                with reader.open_source(path, self.con) as staged, \
+                        contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
-                    for part, events in reader.staged_slices(self.con, staged):  # bounded, in file order
+                    for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
                         normalizer.add(part.trace_index, events, part.traces)
                         report(part.done_bytes)
                         unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,

@@ -174,3 +174,29 @@ def test_a_version_1_store_is_upgraded_in_place_and_reanalysis_fills_the_new_col
         assert store.ingest(AIOQUIC_CLIENT).status == "ingested"
         assert rows(store, "SELECT handshake_class FROM connections") == [{"handshake_class": "wfc"}]
         assert rows(store, "SELECT count(*) AS n FROM files") == [{"n": 1}]
+
+
+def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_stops_the_staging_thread(
+        store, tmp_path, monkeypatch):
+    # Slices of ~1 KB: the broken record is staged in the background thread while the slices
+    # before it are normalized; the error still names the record and its byte, nothing is kept,
+    # and no staging thread outlives the ingest.
+    import threading
+
+    from quicack import reader
+    monkeypatch.setattr(reader, "SLICE_BYTES", 1024)
+    store.ingest(AIOQUIC_CLIENT)
+    before = snapshot(store)
+    header = orjson.dumps({"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {"vantage_point": {"type": "server"}}})
+    records = [RS + header + b"\n"] + [RS + orjson.dumps(e) + b"\n" for e in _events(200)]
+    broken_at = 150
+    records[broken_at] = RS + b"{broken}\n"
+    path = tmp_path / "late.sqlog"
+    path.write_bytes(b"".join(records))
+    result = store.ingest(path)
+    offset = len(b"".join(records[:broken_at])) + 1  # the record's JSON text, after its RS
+    assert result.status == "refused"
+    # records count from 1, the header being the first
+    assert result.error.startswith(f"{path} at byte {offset}: malformed record {broken_at + 1}: "), result.error
+    assert snapshot(store) == before
+    assert not [t for t in threading.enumerate() if t.name == "quicack-stage"]
