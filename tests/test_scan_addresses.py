@@ -48,6 +48,13 @@ def free_loopback_443(exclude: set[str]) -> str:
     raise AssertionError("no free port 443 on 50 random loopback addresses")
 
 
+def gap_near_cert_delay(gap_ms: float) -> bool:
+    """The server counts the certificate delay from the kernel receive time of the ClientHello
+    and sends its instant ACK once it has handled it: on a busy shared machine the ACK can leave
+    a few ms late (a shorter gap) or the ServerHello later still (a longer one)."""
+    return CERT_DELAY_MS - 10 <= gap_ms < CERT_DELAY_MS + 100
+
+
 def write_servers(path, listeners: list[tuple[str, str, float]]):
     path.write_text("".join(f'[[listener]]\nlisten = "{listen}"\nmode = "{mode}"\ncert_delay_ms = {delay}\n'
                             for listen, mode, delay in listeners))
@@ -86,7 +93,7 @@ def test_a_hosts_file_sends_names_to_servers_on_port_443(tmp_path):
         assert server.startswith(f"quicack-serve/{expected[domain][1]} "), (domain, server)
         assert handshake_class == expected[domain][1], (domain, rep)
         if handshake_class == "iack":  # the ServerHello follows the instant ACK after the delay
-            assert CERT_DELAY_MS - 1 <= gap < CERT_DELAY_MS + 100, (domain, rep, gap)
+            assert gap_near_cert_delay(gap), (domain, rep, gap)
 
 
 def test_a_server_on_the_ipv6_loopback(tmp_path):
@@ -108,7 +115,7 @@ def test_a_server_on_the_ipv6_loopback(tmp_path):
     assert [(r, a, p, o, c) for r, a, p, o, c, *_ in probes] == [(0, "::1", port, "ok", "iack"),
                                                                  (1, "::1", port, "ok", "iack")]
     for *_, gap, first_ack, server_hello, _ in probes:
-        assert CERT_DELAY_MS - 1 <= gap < CERT_DELAY_MS + 100
+        assert gap_near_cert_delay(gap), gap
         assert server_hello - first_ack == pytest.approx(gap, abs=0.05)  # kernel times = qlog
     # the capture holds the probes as IPv6 datagrams, joined back by the connection-ID tag
     out = subprocess.run(["tshark", "-r", str(pcap), "-n", "-d", f"udp.port=={port},quic",
