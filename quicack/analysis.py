@@ -285,9 +285,7 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
                                  sent=sent.pop(cid, {}))
         # Samples leave Python objects for Arrow batches of about SAMPLE_BATCH rows (of one or
         # many connections: a batch per connection costs ~0.3 ms each in pyarrow).
-        columns.add(cid, result.samples)
-        if columns.rows >= SAMPLE_BATCH:
-            batches.append(columns.batch())
+        batches += columns.add(cid, result.samples)
         rows.append(_replay_row(cid, me, result, handshakes.get(cid)))
     if columns.rows:
         batches.append(columns.batch())
@@ -308,15 +306,19 @@ class _SampleColumns:
         self.columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
         self.rows = 0
 
-    def add(self, cid: int, samples: list[recovery.Sample]) -> None:
-        c = self.columns
+    def add(self, cid: int, samples: list[recovery.Sample]) -> list[pa.RecordBatch]:
+        """Take a connection's samples; return the batches that filled up meanwhile."""
+        full = []
         for s in samples:
             values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
                       s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
                       s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
-            for name, value in zip(_SAMPLE_FIELDS, values):
-                c[name].append(value)
-        self.rows += len(samples)
+            for column, value in zip(self.columns.values(), values):
+                column.append(value)
+            self.rows += 1
+            if self.rows >= SAMPLE_BATCH:
+                full.append(self.batch())
+        return full
 
     def batch(self) -> pa.RecordBatch:
         out = pa.RecordBatch.from_pydict({name: pa.array(values, type=_arrow_type(name))
