@@ -15,8 +15,8 @@ __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "S
 
 
 def __getattr__(name: str):
-    # The store and the ingest path (DuckDB, Arrow, polars) load on first use, not with every
-    # submodule: a scan's probing processes import only what probing needs.
+    # analyze and Store load DuckDB and pyarrow (~0.3 s) on first use, not with every submodule:
+    # a scan's probing processes and the command line's start-up import only what they need.
     if name == "analyze":
         from .ingest import analyze
         return analyze

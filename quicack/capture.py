@@ -1,9 +1,10 @@
 """From tshark's rows (see :mod:`quicack.pcap`) to the normalized tables.
 
 Theory of operation: a capture is a network vantage point.  Every captured UDP datagram is cut
-into its QUIC packets and every packet into its frames, entirely in DuckDB, batch by batch while
-tshark still runs (:func:`stage_batch`); then connections are found over the whole capture, at
-datagram granularity, and the store tables filled (:func:`normalize`):
+into its QUIC packets and every packet into its frames, batch by batch while tshark still runs
+(:class:`Staging`: Arrow compute in :mod:`quicack.fastpath` for datagrams of one packet, the SQL
+here for the others); then connections are found over the whole capture, at datagram
+granularity, and the store tables filled (:func:`normalize`):
 
 1. *Datagrams* (``c_dgram``): addresses, ports, time, what the datagram tells about who is
    client and server, GSO suspicion, transport parameters.
@@ -35,10 +36,12 @@ kept, the unparsable rest is left out of ``packets`` and listed in ``capture_iss
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 
 from .model import QuicackError
-from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
+from .pcap import ALL_FIELDS, FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
 
 #: Largest UDP payload of one datagram on a 1500-byte MTU path (IPv4: 1500 − 20 − 8).
 MAX_SINGLE_DATAGRAM_PAYLOAD = 1472
@@ -62,29 +65,63 @@ FRAME_NAMES = {
     0xaf: "ack_frequency",  # draft-ietf-quic-ack-frequency
 }
 
-# Long header packet types: RFC 9000 §17.2 (v1 and the drafts) and RFC 9369 §3.2 (v2).
-_LONG_TYPE = """CASE WHEN header_form = 0 THEN '1RTT'
+#: Long header packet types: RFC 9000 §17.2 (v1 and the drafts) and RFC 9369 §3.2 (v2).
+LONG_TYPES_V1 = {0: "initial", 1: "0RTT", 2: "handshake", 3: "retry"}
+LONG_TYPES_V2 = {1: "initial", 2: "0RTT", 3: "handshake", 0: "retry"}
+
+
+def _case(value: str, names: dict[int, str]) -> str:
+    return f"CASE {value} {' '.join(f'WHEN {k} THEN {chr(39)}{v}{chr(39)}' for k, v in names.items())} END"
+
+
+_LONG_TYPE = f"""CASE WHEN header_form = 0 THEN '1RTT'
     WHEN version = 0 THEN 'version_negotiation'
-    WHEN long_type IS NOT NULL THEN
-      CASE long_type WHEN 0 THEN 'initial' WHEN 1 THEN '0RTT' WHEN 2 THEN 'handshake' WHEN 3 THEN 'retry' END
-    WHEN long_type_v2 IS NOT NULL THEN
-      CASE long_type_v2 WHEN 1 THEN 'initial' WHEN 2 THEN '0RTT' WHEN 3 THEN 'handshake' WHEN 0 THEN 'retry' END
+    WHEN long_type IS NOT NULL THEN {_case('long_type', LONG_TYPES_V1)}
+    WHEN long_type_v2 IS NOT NULL THEN {_case('long_type_v2', LONG_TYPES_V2)}
     ELSE 'unknown' END"""
+
+#: Frame families: the frame types that carry a given tshark field (the ACK fields: both ACK
+#: types; the ECN counts: ACK_ECN; a STREAM frame's offset and length: the types with the OFF and
+#: LEN bits, RFC 9000 §19.8).
+FAMILIES = {
+    "ack": (2, 3), "ecn": (3,), "crypto": (6,), "stream": tuple(range(8, 16)),
+    "stream_off": tuple(t for t in range(8, 16) if t & 4), "stream_len": tuple(t for t in range(8, 16) if t & 2),
+    "padding": (0,), "nci": (24,), "rci": (25,), "af": (175,), "cc": (28,), "cc_app": (29,),
+}
+_FAMILIES = {name: f"type_value IN {types}" if len(types) > 1 else f"type_value = {types[0]}"
+             for name, types in FAMILIES.items()}
+
+#: Frame types that do not elicit an ACK (RFC 9002 §2: ACK, PADDING, CONNECTION_CLOSE).
+NOT_ELICITING = (0x00, 0x02, 0x03, 0x1c, 0x1d)
 
 _SPACE = """CASE packet_type WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
     WHEN '0RTT' THEN 'application_data' WHEN '1RTT' THEN 'application_data' END"""
+
+
+def _epoch_ms(ns: str) -> str:
+    """Nanoseconds since the epoch as milliseconds (DOUBLE: exact to its 0.24 µs resolution)."""
+    return f"(({ns} // 1000000)::DOUBLE + ({ns} % 1000000) / 1e6)"
 
 
 def _last(col: str) -> str:
     return f"list_last(string_split({col}, ','))"
 
 
+#: Held-back datagrams (see :class:`Staging`) are staged once this many wait, or when the reader
+#: waits for tshark and the general path has not run for IDLE_GENERAL_S.
+HELD_ROWS = 4096
+IDLE_GENERAL_S = 0.25
+
+#: Datagrams quicack reads: UDP, not inside an ICMP error.
+_UDP = "udp_srcport IS NOT NULL AND icmp_type IS NULL AND icmpv6_type IS NULL"
+
 def begin(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (empty) the temporary tables :func:`stage_batch` fills."""
-    con.execute("DROP TABLE IF EXISTS c_multi_raw")
+    """Create (empty) the temporary tables :class:`Staging` fills."""
+    raw = ", ".join(f"{column(f)} VARCHAR" for f in ALL_FIELDS)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE c_held ({raw})")
     params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE c_dgram (
-        frame_number BIGINT, epoch_s DECIMAL(20, 9), src_ep VARCHAR, dst_ep VARCHAR,
+        frame_number BIGINT, epoch_ns BIGINT, src_ep VARCHAR, dst_ep VARCHAR,
         src_port INTEGER, dst_port INTEGER, udp_payload_bytes INTEGER, tshark_connection INTEGER,
         server_name VARCHAR, packets INTEGER, split_ok BOOLEAN, starts BOOLEAN, has_server_hello BOOLEAN,
         has_client_hello BOOLEAN, has_initial BOOLEAN, gso BOOLEAN, parsed INTEGER, decrypted INTEGER,
@@ -100,78 +137,165 @@ def begin(con: duckdb.DuckDBPyConnection) -> None:
         ack_eliciting_threshold BIGINT, request_max_ack_delay_ms DOUBLE, details JSON)""")
 
 
-def stage_batch(con: duckdb.DuckDBPyConnection, batch) -> None:
-    """Turn one batch of tshark rows (an Arrow table, every column text) into rows of the
-    temporary tables created by :func:`begin`.  Batches hold whole datagrams, so everything here
-    is local to a batch; what needs the whole capture happens in :func:`normalize`.  Datagrams
-    with several QUIC packets wait for their layout (:func:`finish`)."""
-    con.register("tshark_rows", batch)
+class Staging:
+    """The temporary tables of one tshark run, filled batch by batch (:meth:`add`, then
+    :meth:`finish` once tshark has ended).
+
+    Nearly every datagram of a transfer holds one QUIC packet whose per-frame fields hold one
+    value each (an ACK frame's ranges aside): the fast path (:mod:`quicack.fastpath`, Arrow)
+    makes their rows.  The others are held back in ``c_held`` for the general path here
+    (DuckDB), which cuts every list, and whose statements cost tens of milliseconds whatever
+    their rows: held datagrams are staged while tshark runs when the reader waits for tshark
+    (:meth:`idle`, at most every ``IDLE_GENERAL_S``) or when ``HELD_ROWS`` wait, and what is left
+    at the end.  A datagram with several QUIC packets is cut by the per-packet field counts the
+    Lua tap writes to ``layout_file`` (frame number, counts) as tshark dissects it; it waits
+    until its line is there.  ``fast=False`` sends every datagram through the general path
+    (tests compare the two)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, layout_file=None, fast: bool = True):
+        self.con = con
+        self.layout_file = layout_file
+        self.fast = fast
+        self.held = 0
+        self._layouts: list[bytes] = []  # lines read so far
+        self._layout_offset = 0
+        self._last_general = time.monotonic()
+        begin(con)
+
+    def add(self, batch) -> None:
+        """Stage one batch of tshark rows (an Arrow table, every column text; whole datagrams)."""
+        con = self.con
+        if self.fast:
+            from . import fastpath
+            rows = fastpath.split(batch)
+            parts = [(rows.datagrams, "INSERT INTO c_dgram SELECT * FROM batch_rows"),
+                     (rows.packets, "INSERT INTO c_pkt SELECT * FROM batch_rows"),
+                     (rows.frames, _FAST_FRAME_INSERT), (rows.held, "INSERT INTO c_held SELECT * FROM batch_rows")]
+        else:
+            parts = [(batch, f"INSERT INTO c_held SELECT * FROM batch_rows WHERE {_UDP}")]
+        for part, insert in parts:
+            if not part.num_rows:
+                continue
+            con.register("batch_rows", part)
+            try:
+                inserted = con.execute(insert).fetchall()[0][0]
+            finally:
+                con.unregister("batch_rows")
+            if "c_held" in insert:
+                self.held += inserted
+        if self.held >= HELD_ROWS:
+            self._stage_held(final=False)
+
+    def idle(self) -> None:
+        """Stage held datagrams, if any and the general path has not run for a while."""
+        if self.held and time.monotonic() - self._last_general >= IDLE_GENERAL_S:
+            self._stage_held(final=False)
+
+    def finish(self) -> None:
+        """Stage every datagram still held back (tshark has ended: the layout file is complete)."""
+        if self.held:
+            self._stage_held(final=True)
+        self.con.execute("DROP TABLE IF EXISTS c_held")
+
+    def _stage_held(self, final: bool) -> None:
+        """The general path over the held datagrams that can be cut: with one QUIC packet, or
+        with their layout read (all of them when ``final``)."""
+        import pyarrow as pa
+
+        con = self.con
+        self._read_layouts()
+        lines = [line.split(b"\t", 1) for line in self._layouts]
+        layouts = pa.table({"frame_number": pa.array([int(f) for f, _ in lines], pa.int64()),
+                            "layout": pa.array([v.decode() for _, v in lines], pa.string())})
+        con.register("layout_rows", layouts)
+        try:
+            ready = "true" if final else "NOT contains(r.quic_header_form, ',') OR l.layout IS NOT NULL"
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE c_ready AS
+                SELECT r.*, l.layout AS quicack_layout FROM c_held r
+                LEFT JOIN layout_rows l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)
+                WHERE {ready}""")
+        finally:
+            con.unregister("layout_rows")
+        con.execute("DELETE FROM c_held WHERE frame_number IN (SELECT frame_number FROM c_ready)")
+        _general(con, "SELECT * FROM c_ready")
+        con.execute("DROP TABLE c_ready")
+        self.held = con.execute("SELECT count(*) FROM c_held").fetchall()[0][0]
+        self._last_general = time.monotonic()
+
+    def _read_layouts(self) -> None:
+        """The complete lines the Lua tap added to the layout file since the last read."""
+        if self.layout_file is None:
+            return
+        try:
+            with open(self.layout_file, "rb") as f:
+                f.seek(self._layout_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._layouts += [line for line in data[:end].split(b"\n") if line.strip()]
+        self._layout_offset += end
+
+
+def _general(con, rows: str) -> None:
+    """The general path over ``rows`` (tshark's columns and ``quicack_layout``)."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW tshark_batch AS {rows}")
     try:
-        con.execute("""CREATE OR REPLACE TEMP VIEW tshark_batch AS
-            SELECT *, NULL::VARCHAR AS quicack_layout FROM tshark_rows
-            WHERE quic_header_form IS NULL OR NOT contains(quic_header_form, ',')""")
-        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
-            con.execute("CREATE TEMP TABLE c_multi_raw AS SELECT * FROM tshark_rows WHERE false")
-        con.execute("INSERT INTO c_multi_raw SELECT * FROM tshark_rows WHERE contains(quic_header_form, ',')")
-        _stage(con)
+        _batch_datagrams(con)
+        _batch_packets(con)
+        _batch_frames(con)
+        _batch_store(con)
     finally:
         con.execute("DROP VIEW IF EXISTS tshark_batch")
-        con.unregister("tshark_rows")
 
 
-def finish(con: duckdb.DuckDBPyConnection, layout_file) -> None:
-    """Stage the datagrams holding several QUIC packets, cut by the per-packet field counts the
-    Lua tap wrote to ``layout_file`` (frame number, counts)."""
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'c_multi_raw'").fetchall()[0][0]:
-        return
-    layouts = "SELECT NULL::BIGINT AS frame_number, NULL::VARCHAR AS layout WHERE false"
-    if layout_file.exists() and layout_file.stat().st_size:
-        layouts = (f"SELECT * FROM read_csv('{str(layout_file).replace(chr(39), chr(39) * 2)}', delim='\t', "
-                   "header=false, quote='', escape='', auto_detect=false, "
-                   "columns={'frame_number': 'BIGINT', 'layout': 'VARCHAR'})")
-    con.execute(f"""CREATE OR REPLACE TEMP VIEW tshark_batch AS
-        SELECT r.*, l.layout AS quicack_layout
-        FROM c_multi_raw r LEFT JOIN ({layouts}) l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)""")
-    try:
-        _stage(con)
-    finally:
-        con.execute("DROP VIEW IF EXISTS tshark_batch")
-        con.execute("DROP TABLE IF EXISTS c_multi_raw")
+def _endpoint(side: str) -> str:
+    return f"coalesce({_last(f'ipv6_{side}')}, {_last(f'ip_{side}')}, '?') || '#' || {_last(f'udp_{side}port')}"
 
 
-def _stage(con) -> None:
-    _batch_datagrams(con)
-    _batch_packets(con)
-    _batch_frames(con)
-    _batch_store(con)
+def _datagram_columns() -> str:
+    """Per-datagram columns of tshark's rows (several values: of the innermost header)."""
+    params = ", ".join(f"list_first(string_split({column(f)}, ',')) AS tp_{name}"
+                       for name, f in PARAMETER_FIELDS.items())
+    return f"""frame_number::BIGINT AS frame_number,
+               (frame_time_epoch::DECIMAL(20, 9) * 1000000000)::BIGINT AS epoch_ns,
+               {_endpoint('src')} AS src_ep, {_endpoint('dst')} AS dst_ep,
+               TRY_CAST({_last('udp_srcport')} AS INTEGER) AS src_port,
+               TRY_CAST({_last('udp_dstport')} AS INTEGER) AS dst_port,
+               TRY_CAST({_last('udp_length')} AS INTEGER) - 8 AS udp_payload_bytes,
+               TRY_CAST(list_first(string_split(quic_connection_number, ',')) AS INTEGER) AS tshark_connection,
+               list_first(string_split(tls_handshake_extensions_server_name, ',')) AS server_name,
+               _ws_malformed IS NOT NULL AS malformed,
+               {params}"""
+
+
+def _packet_columns(value) -> str:
+    """Per-packet columns; ``value(field)`` is the packet's value of a PACKET_FIELDS field."""
+    return f"""TRY_CAST({value('quic.packet_length')} AS INTEGER) AS size_bytes,
+               TRY_CAST({value('quic.version')} AS BIGINT) AS version,
+               {value('quic.version')} AS version_text,
+               TRY_CAST({value('quic.long.packet_type')} AS INTEGER) AS long_type,
+               TRY_CAST({value('quic.long.packet_type_v2')} AS INTEGER) AS long_type_v2,
+               {value('quic.dcid')} AS dcid,
+               TRY_CAST({value('quic.packet_number')} AS BIGINT) AS packet_number"""
+
+
+#: A packet without frames did not decrypt (a Retry or Version Negotiation has none anyway).
+_UNDECRYPTED = "frame_count = 0 AND packet_type NOT IN ('retry', 'version_negotiation')"
 
 
 def _batch_datagrams(con) -> None:
-    # Text columns stay text: most datagrams hold one QUIC packet, whose fields are single
-    # values; only datagrams with several packets (a Lua layout) are cut into lists.
-    params = ", ".join(f"list_first(string_split({column(f)}, ',')) AS tp_{name}"
-                       for name, f in PARAMETER_FIELDS.items())
+    # Text columns stay text: the lists of datagrams with several packets (a Lua layout) are
+    # cut per packet, those of per-frame fields per frame.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cd_b AS
         SELECT *, CASE WHEN quicack_layout IS NULL THEN packets <= 1
-                       ELSE len(string_split(quicack_layout, ';')) = packets END AS split_ok,
-                  packets = 1 AND quicack_layout IS NULL
-                      AND NOT contains(concat({", ".join(column(f) for f in FRAME_FIELDS)}), ',') AS simple
-        FROM (SELECT frame_number::BIGINT AS frame_number,
-                     frame_time_epoch::DECIMAL(20, 9) AS epoch_s,
-                     coalesce({_last('ipv6_src')}, {_last('ip_src')}, '?') || '#' || {_last('udp_srcport')} AS src_ep,
-                     coalesce({_last('ipv6_dst')}, {_last('ip_dst')}, '?') || '#' || {_last('udp_dstport')} AS dst_ep,
-                     TRY_CAST({_last('udp_srcport')} AS INTEGER) AS src_port,
-                     TRY_CAST({_last('udp_dstport')} AS INTEGER) AS dst_port,
-                     TRY_CAST({_last('udp_length')} AS INTEGER) - 8 AS udp_payload_bytes,
-                     TRY_CAST(list_first(string_split(quic_connection_number, ',')) AS INTEGER) AS tshark_connection,
+                       ELSE len(string_split(quicack_layout, ';')) = packets END AS split_ok
+        FROM (SELECT {_datagram_columns()},
                      CASE WHEN quic_header_form IS NULL THEN 0
                           ELSE (length(quic_header_form) + 1) // 2 END::INTEGER AS packets,
-                     list_first(string_split(tls_handshake_extensions_server_name, ',')) AS server_name,
-                     _ws_malformed IS NOT NULL AS malformed,
-                     {params},
                      {", ".join(column(f) for f in PACKET_FIELDS + FRAME_FIELDS)}, quicack_layout, quic_header_form
               FROM tshark_batch
-              WHERE udp_srcport IS NOT NULL AND icmp_type IS NULL AND icmpv6_type IS NULL)""")
+              WHERE {_UDP})""")
 
 
 def _batch_packets(con) -> None:
@@ -187,21 +311,12 @@ def _batch_packets(con) -> None:
     def multi(f: str) -> str:
         return f"CASE WHEN {count(f)} > 0 THEN string_split({column(f)}, ',')[{start(f)}] END"
 
-    def columns(value) -> str:
-        return f"""TRY_CAST({value('quic.packet_length')} AS INTEGER) AS size_bytes,
-               TRY_CAST({value('quic.version')} AS BIGINT) AS version,
-               {value('quic.version')} AS version_text,
-               TRY_CAST({value('quic.long.packet_type')} AS INTEGER) AS long_type,
-               TRY_CAST({value('quic.long.packet_type_v2')} AS INTEGER) AS long_type_v2,
-               {value('quic.dcid')} AS dcid,
-               TRY_CAST({value('quic.packet_number')} AS BIGINT) AS packet_number"""
-
     several = con.execute(
         "SELECT count(*) FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok").fetchall()[0][0]
     # One packet: every per-packet field is a single value already.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b0 AS
         SELECT frame_number, 1::BIGINT AS idx, TRY_CAST(quic_header_form AS INTEGER) AS header_form,
-               {columns(column)},
+               {_packet_columns(column)},
                quic_decryption_failed IS NOT NULL AS decryption_failed,
                coalesce(len(string_split(quic_frame_type, ',')), 0)::INTEGER AS frame_count,
                string_split(tls_handshake_type, ',') AS tls_types,
@@ -211,7 +326,7 @@ def _batch_packets(con) -> None:
     if several:
         con.execute(f"""INSERT INTO cp_b0
             SELECT frame_number, idx, TRY_CAST(string_split(quic_header_form, ',')[idx] AS INTEGER),
-                   {columns(multi)},
+                   {_packet_columns(multi)},
                    {count('quic.decryption_failed')} > 0,
                    {count('quic.frame_type')},
                    CASE WHEN {count('tls.handshake.type')} > 0 THEN
@@ -224,87 +339,95 @@ def _batch_packets(con) -> None:
                                         lambda p: list_transform(string_split(p, '.'), lambda c: c::INTEGER)) AS layout
                   FROM cd_b WHERE quicack_layout IS NOT NULL AND split_ok)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cp_b AS
-        SELECT *, frame_count = 0 AND packet_type NOT IN ('retry', 'version_negotiation') AS undecrypted
+        SELECT *, {_UNDECRYPTED} AS undecrypted
         FROM (SELECT *, {_LONG_TYPE} AS packet_type FROM cp_b0)""")
 
 
-# Frame families: the frames that carry a given tshark field, by frame type.
-_FAMILIES = {
-    "ack": "type_value IN (2, 3)", "ecn": "type_value = 3", "crypto": "type_value = 6",
-    "stream": "type_value BETWEEN 8 AND 15",
-    "stream_off": "type_value BETWEEN 8 AND 15 AND (type_value & 4) <> 0",
-    "stream_len": "type_value BETWEEN 8 AND 15 AND (type_value & 2) <> 0",
-    "padding": "type_value = 0", "nci": "type_value = 24", "rci": "type_value = 25",
-    "af": "type_value = 175", "cc": "type_value = 28", "cc_app": "type_value = 29",
+#: Frame columns taken from per-frame fields: column → (tshark field, family) pairs, the first
+#: whose family holds the frame giving the value.  Besides these: a STREAM frame without the OFF
+#: bit has offset 0 (RFC 9000 §19.8), FIN is the type's low bit, request_max_ack_delay_ms is the
+#: field (µs) / 1000, details a JSON object (CONNECTION_CLOSE: its error codes).
+FRAME_VALUES = {
+    "largest": (("quic.ack.largest_acknowledged", "ack"),),
+    "ack_delay_raw": (("quic.ack.ack_delay", "ack"),),
+    "ecn_ce": (("quic.ack.ecn_ce_count", "ecn"),),
+    "offset_bytes": (("quic.crypto.offset", "crypto"), ("quic.stream.offset", "stream_off")),
+    "length_bytes": (("quic.crypto.length", "crypto"), ("quic.stream.length", "stream_len"),
+                     ("quic.padding_length", "padding")),
+    "stream_id": (("quic.stream.stream_id", "stream"),),
+    "sequence_number": (("quic.nci.sequence", "nci"), ("quic.rci.sequence", "rci"),
+                        ("quic.af.sequence_number", "af")),
+    "ack_eliciting_threshold": (("quic.af.ack_eliciting_threshold", "af"),),
+    "range_count": (("quic.ack.ack_range_count", "ack"),),
+    "first_range": (("quic.ack.first_ack_range", "ack"),),
 }
+
+#: Frame types whose details are NULL (their fields have columns of their own).
+PLAIN_FRAME_TYPES = (0, 1, 2, 3, 6, *range(8, 16))
+
+
+def _details(type_value: str, error_code: str, trigger_frame_type: str, app_error_code: str) -> str:
+    """A frame's details: NULL, or a JSON object with its type (CONNECTION_CLOSE: error codes)."""
+    return f"""CASE WHEN {type_value} IN {PLAIN_FRAME_TYPES} THEN NULL
+                    WHEN {type_value} = 28 THEN json_object(
+                        'frame_type_value', {type_value}, 'error_space', 'transport',
+                        'error_code', {error_code}, 'trigger_frame_type', {trigger_frame_type})
+                    WHEN {type_value} = 29 THEN json_object(
+                        'frame_type_value', {type_value}, 'error_space', 'application',
+                        'error_code', {app_error_code})
+                    ELSE json_object('frame_type_value', {type_value})
+               END"""
 
 
 def _frame_columns(at) -> str:
     """The frame columns; ``at(field, family, kind)`` is the field's value for this frame (NULL
     when the frame is not of the family)."""
     names = " ".join(f"WHEN {t} THEN '{n}'" for t, n in FRAME_NAMES.items())
+
+    def value(name: str) -> str:
+        values = [at(f, family) for f, family in FRAME_VALUES[name]]
+        if name == "offset_bytes":
+            values.append("CASE WHEN f.type_value BETWEEN 8 AND 15 THEN 0 END")
+        return values[0] if len(values) == 1 else f"coalesce({', '.join(values)})"
+    values = {name: value(name) for name in FRAME_VALUES}
     return f"""CASE f.type_value {names} ELSE 'unknown' END AS frame_type,
-               {at('quic.ack.largest_acknowledged', 'ack')} AS largest,
-               {at('quic.ack.ack_delay', 'ack')} AS ack_delay_raw,
-               {at('quic.ack.ecn_ce_count', 'ecn')} AS ecn_ce,
-               coalesce({at('quic.crypto.offset', 'crypto')}, {at('quic.stream.offset', 'stream_off')},
-                        CASE WHEN f.type_value BETWEEN 8 AND 15 THEN 0 END) AS offset_bytes,
-               coalesce({at('quic.crypto.length', 'crypto')}, {at('quic.stream.length', 'stream_len')},
-                        {at('quic.padding_length', 'padding')}) AS length_bytes,
-               {at('quic.stream.stream_id', 'stream')} AS stream_id,
+               {values['largest']} AS largest,
+               {values['ack_delay_raw']} AS ack_delay_raw,
+               {values['ecn_ce']} AS ecn_ce,
+               {values['offset_bytes']} AS offset_bytes,
+               {values['length_bytes']} AS length_bytes,
+               {values['stream_id']} AS stream_id,
                CASE WHEN f.type_value BETWEEN 8 AND 15 THEN (f.type_value & 1) = 1 END AS fin,
-               coalesce({at('quic.nci.sequence', 'nci')}, {at('quic.rci.sequence', 'rci')},
-                        {at('quic.af.sequence_number', 'af')}) AS sequence_number,
-               {at('quic.af.ack_eliciting_threshold', 'af')} AS ack_eliciting_threshold,
+               {values['sequence_number']} AS sequence_number,
+               {values['ack_eliciting_threshold']} AS ack_eliciting_threshold,
                {at('quic.af.request_max_ack_delay', 'af', 'DOUBLE')} / 1000.0 AS request_max_ack_delay_ms,
-               CASE WHEN f.type_value IN (0, 1, 2, 3, 6) OR f.type_value BETWEEN 8 AND 15 THEN NULL
-                    WHEN f.type_value = 28 THEN json_object(
-                        'frame_type_value', f.type_value, 'error_space', 'transport',
-                        'error_code', {at('quic.cc.error_code', 'cc')},
-                        'trigger_frame_type', {at('quic.cc.frame_type', 'cc')})
-                    WHEN f.type_value = 29 THEN json_object(
-                        'frame_type_value', f.type_value, 'error_space', 'application',
-                        'error_code', {at('quic.cc.error_code.app', 'cc_app')})
-                    ELSE json_object('frame_type_value', f.type_value)
-               END AS details,
-               {at('quic.ack.ack_range_count', 'ack')} AS range_count,
-               {at('quic.ack.first_ack_range', 'ack')} AS first_range"""
+               {_details('f.type_value', at('quic.cc.error_code', 'cc'), at('quic.cc.frame_type', 'cc'),
+                         at('quic.cc.error_code.app', 'cc_app'))} AS details,
+               {values['range_count']} AS range_count,
+               {values['first_range']} AS first_range"""
+
+
+#: The fast path's frame rows (:mod:`quicack.fastpath`) into ``c_frame``, with their ACK ranges
+#: (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each further range k lies
+#: Gap_k + 2 below the smallest of the previous one and spans ACK Range Length_k more (lists of
+#: ACK Range Count values here); listed lowest first.
+_FAST_FRAME_INSERT = f"""INSERT INTO c_frame
+    SELECT frame_number, idx, packet_type, position, frame_type, largest, ack_delay_raw,
+           CASE WHEN frame_type = 'ack' THEN list_transform(
+               range(coalesce(range_count, 0), -1, -1),
+               lambda k: CASE WHEN k = 0 THEN [largest - first_range, largest] ELSE
+                   list_transform([largest - first_range - list_sum(list_transform(
+                       range(1, k + 1), lambda j: gaps[j] + 2 + range_lengths[j]))],
+                       lambda low: [low, low + range_lengths[k]])[1] END)
+           END,
+           ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
+           request_max_ack_delay_ms,
+           {_details('type_value', 'cc_error_code', 'cc_frame_type', 'cc_app_error_code')}
+    FROM batch_rows"""
 
 
 def _batch_frames(con) -> None:
-    # A "simple" datagram: one packet and at most one frame per family (no field repeats), as
-    # nearly every packet of a transfer.  Its fields are single values: cast once per datagram,
-    # then picked per frame by type.
-    kinds = {f: "DOUBLE" if f == "quic.af.request_max_ack_delay" else "BIGINT" for f in FRAME_FIELDS}
-
-    def single(field: str, family: str, kind: str = "BIGINT") -> str:
-        return f"CASE WHEN {_FAMILIES[family].replace('type_value', 'f.type_value')} THEN f.v_{column(field)} END"
-
-    # ACK ranges (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each
-    # further range lies Gap + 2 below the smallest of the previous one.
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE cf_b AS
-        WITH d AS (SELECT frame_number, string_split(quic_frame_type, ',') AS types,
-                          {", ".join(f"TRY_CAST({column(f)} AS {k}) AS v_{column(f)}" for f, k in kinds.items())}
-                   FROM cd_b WHERE simple AND quic_frame_type IS NOT NULL),
-             f AS (SELECT p.packet_type, e.*, TRY_CAST(e.t AS BIGINT) AS type_value
-                   FROM (SELECT *, unnest(types) AS t, generate_subscripts(types, 1) AS fi FROM d) e
-                   JOIN cp_b p USING (frame_number))
-        SELECT frame_number, 1::BIGINT AS idx, packet_type, fi, (fi - 1)::INTEGER AS position,
-               type_value, frame_type, largest, ack_delay_raw,
-               CASE WHEN frame_type = 'ack' THEN
-                    CASE WHEN coalesce(range_count, 0) = 0 THEN [[largest - first_range, largest]]
-                         ELSE [[largest - first_range - gap - 2 - len, largest - first_range - gap - 2],
-                               [largest - first_range, largest]] END
-               END AS ranges,
-               ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
-               request_max_ack_delay_ms, details
-        FROM (SELECT f.frame_number, f.packet_type, f.fi, f.type_value, {_frame_columns(single)},
-                     f.v_quic_ack_gap AS gap, f.v_quic_ack_ack_range AS len
-              FROM f)""")
-
-    # Other datagrams: the k-th frame of a family takes the k-th value of the family's fields.
-    if not con.execute("SELECT count(*) FROM cd_b WHERE NOT simple AND quic_frame_type IS NOT NULL").fetchall()[0][0]:
-        return
+    # The k-th frame of a family takes the k-th value of the family's fields.
     ordinals = ",\n".join(
         f"CASE WHEN {cond} THEN (sum(CASE WHEN {cond} THEN 1 ELSE 0 END) OVER w)::BIGINT END AS o_{fam}"
         for fam, cond in _FAMILIES.items())
@@ -320,13 +443,15 @@ def _batch_frames(con) -> None:
             FROM (SELECT frame_number, idx, packet_type, frame_start,
                          unnest(range(frame_start, frame_start + frame_count)) AS fi
                   FROM cp_b WHERE frame_count > 0) p
-            JOIN cd_b d USING (frame_number) WHERE NOT d.simple),
+            JOIN cd_b d USING (frame_number)),
         f AS (SELECT *, {ordinals} FROM f0
               WINDOW w AS (PARTITION BY frame_number ORDER BY fi ROWS UNBOUNDED PRECEDING))
         SELECT f.frame_number, f.idx, f.packet_type, f.fi, f.position, f.type_value,
                {_frame_columns(nth)}
         FROM f JOIN cd_b d USING (frame_number)""")
-    con.execute("""INSERT INTO cf_b
+    # ACK ranges (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each
+    # further range lies Gap + 2 below the smallest of the previous one.
+    con.execute("""CREATE OR REPLACE TEMP TABLE cf_b AS
         WITH a AS (SELECT frame_number, fi, largest, first_range, coalesce(range_count, 0) AS range_count,
                           (1 + coalesce(sum(coalesce(range_count, 0)) OVER (PARTITION BY frame_number ORDER BY fi
                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::BIGINT AS pair_start
@@ -369,7 +494,7 @@ def _batch_store(con) -> None:
     # ServerHello / Retry / Version Negotiation (server) or a ClientHello / 0-RTT (client), and
     # is it a GSO super-frame?
     con.execute(f"""INSERT INTO c_dgram
-        SELECT d.frame_number, d.epoch_s, d.src_ep, d.dst_ep, d.src_port, d.dst_port, d.udp_payload_bytes,
+        SELECT d.frame_number, d.epoch_ns, d.src_ep, d.dst_ep, d.src_port, d.dst_port, d.udp_payload_bytes,
                d.tshark_connection, d.server_name, d.packets, d.split_ok,
                coalesce(c0.starts, false),
                coalesce(p.has_server_hello, false), coalesce(p.has_client_hello, false),
@@ -454,7 +579,7 @@ def _assign_connections(con, first_connection_id: int) -> None:
                           arg_min(src_ep, frame_number) FILTER (WHERE has_client_hello) AS client_ep,
                           arg_min(src_ep, frame_number) FILTER (WHERE has_initial) AS first_initial_ep
                    FROM d GROUP BY connection_id)
-        SELECT d.frame_number, d.connection_id, d.epoch_s, d.src_ep, d.gso,
+        SELECT d.frame_number, d.connection_id, d.epoch_ns, d.src_ep, d.gso,
                CASE WHEN s.server_ep IS NOT NULL THEN CASE WHEN src_ep = s.server_ep THEN 'server' ELSE 'client' END
                     WHEN s.client_ep IS NOT NULL THEN CASE WHEN src_ep = s.client_ep THEN 'client' ELSE 'server' END
                     WHEN s.first_initial_ep IS NOT NULL THEN CASE WHEN src_ep = s.first_initial_ep THEN 'client' ELSE 'server' END
@@ -474,17 +599,19 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none "
                            "dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)", staged.path)
     _assign_connections(con, first_connection_id)
-    # event_index: the packet's position in the capture (datagrams with several packets were
-    # staged last).
-    con.execute("""CREATE OR REPLACE TEMP TABLE pidx AS
-        SELECT frame_number, idx, row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index FROM c_pkt""")
+    # pk: every packet with its datagram's connection, sender and time; event_index is its
+    # position in the capture.
+    con.execute("""CREATE OR REPLACE TEMP TABLE pk AS
+        SELECT p.*, m.connection_id, m.sender, m.epoch_ns, m.gso
+        FROM (SELECT *, row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index FROM c_pkt) p
+        JOIN dmap m USING (frame_number)""")
 
     # Packets kept: everything except the unparsable remainder of GSO super-frames.
-    kept = "NOT (p.undecrypted AND m.gso)"
+    kept = "NOT (undecrypted AND gso)"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE cstart AS
-        SELECT connection_id, min(m.epoch_s) AS first_s, max(m.epoch_s) AS last_s, count(*) AS packets,
-               count(DISTINCT frame_number) AS datagrams, count(*) FILTER (WHERE p.undecrypted) AS not_decrypted
-        FROM c_pkt p JOIN dmap m USING (frame_number) WHERE {kept} GROUP BY connection_id""")
+        SELECT connection_id, min(epoch_ns) AS first_ns, max(epoch_ns) AS last_ns, count(*) AS packets,
+               count(DISTINCT frame_number) AS datagrams, count(*) FILTER (WHERE undecrypted) AS not_decrypted
+        FROM pk WHERE {kept} GROUP BY connection_id""")
 
     # Transport parameters: the first ClientHello (client) and EncryptedExtensions (server) seen.
     tp_any = " OR ".join(f"tp_{n} IS NOT NULL" for n in PARAMETER_FIELDS)
@@ -493,7 +620,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         for n in PARAMETER_FIELDS)
     con.execute(f"""INSERT INTO transport_parameters
         SELECT connection_id, CASE WHEN sender = 'client' THEN 'local' ELSE 'remote' END, sender,
-               ((epoch_s - first_s) * 1000)::DOUBLE,
+               (epoch_ns - first_ns) / 1e6,
                TRY_CAST(tp_max_ack_delay AS DOUBLE),
                TRY_CAST(tp_ack_delay_exponent AS INTEGER),
                TRY_CAST(tp_min_ack_delay AS DOUBLE) / 1000.0,
@@ -504,66 +631,62 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                to_json([map_from_entries(list_filter([{tp_json}], lambda x: x.v IS NOT NULL))])
         FROM (SELECT d.*, m.connection_id, m.sender,
                      row_number() OVER (PARTITION BY m.connection_id, m.sender ORDER BY d.frame_number) AS nth
-              FROM c_dgram d JOIN dmap m USING (frame_number)
-              WHERE {tp_any})
+              FROM (SELECT * FROM c_dgram WHERE {tp_any}) d JOIN dmap m USING (frame_number))
         JOIN cstart USING (connection_id)
         WHERE nth = 1""")
 
     con.execute("""INSERT INTO frames
-        SELECT m.connection_id, x.event_index, f.position, f.frame_type,
+        SELECT p.connection_id, p.event_index, f.position, f.frame_type,
                CASE WHEN f.frame_type = 'ack' THEN f.ack_delay_raw
                     * pow(2, CASE WHEN f.packet_type = 'initial' THEN 3
                                   ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0 END,
                f.ack_delay_raw, f.largest, f.ranges, f.ecn_ce, f.offset_bytes, f.length_bytes,
                f.stream_id, f.fin, f.sequence_number, f.ack_eliciting_threshold,
                f.request_max_ack_delay_ms, NULL, f.details
-        FROM c_frame f JOIN dmap m USING (frame_number) JOIN pidx x USING (frame_number, idx)
-        LEFT JOIN transport_parameters tp ON tp.connection_id = m.connection_id AND tp.endpoint = m.sender""")
+        FROM c_frame f JOIN pk p USING (frame_number, idx)
+        LEFT JOIN transport_parameters tp ON tp.connection_id = p.connection_id AND tp.endpoint = p.sender""")
 
     con.execute(f"""INSERT INTO packets
-        SELECT m.connection_id, x.event_index, ((m.epoch_s - c.first_s) * 1000)::DOUBLE,
-               (m.epoch_s * 1000)::DOUBLE,
-               CASE WHEN m.sender = 'client' THEN 'sent' ELSE 'received' END, m.sender,
+        SELECT p.connection_id, p.event_index, (p.epoch_ns - c.first_ns) / 1e6, {_epoch_ms('p.epoch_ns')},
+               CASE WHEN p.sender = 'client' THEN 'sent' ELSE 'received' END, p.sender,
                p.packet_type, {_SPACE.replace('packet_type', 'p.packet_type')},
                -- a payload that did not decrypt does not vouch for the header protection
                -- removal either (wrong Initial keys give a random packet number)
                CASE WHEN NOT p.undecrypted THEN p.packet_number END, p.size_bytes,
                p.frame_number, p.eliciting, p.frame_count
-        FROM c_pkt p JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
-        JOIN pidx x USING (frame_number, idx)
+        FROM pk p JOIN cstart c USING (connection_id)
         WHERE {kept}""")
 
     con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
             flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
             events, quirks)
         SELECT ck.connection_id, {file_id}, ck.trace_index, NULL, 'network', 'client', 'tshark',
-               od.odcid, sn.server_name, (c.first_s * 1000)::DOUBLE, (c.first_s * 1000)::DOUBLE,
-               ((c.last_s - c.first_s) * 1000)::DOUBLE, c.packets, []
+               od.odcid, sn.server_name, {_epoch_ms('c.first_ns')}, {_epoch_ms('c.first_ns')},
+               (c.last_ns - c.first_ns) / 1e6, c.packets, []
         FROM ck JOIN cstart c USING (connection_id)
-        LEFT JOIN (SELECT m.connection_id, arg_min(p.dcid, (p.frame_number, p.idx)) AS odcid
-                   FROM c_pkt p JOIN dmap m USING (frame_number)
-                   WHERE m.sender = 'client' AND p.packet_type = 'initial' GROUP BY ALL) od USING (connection_id)
+        LEFT JOIN (SELECT connection_id, arg_min(dcid, (frame_number, idx)) AS odcid
+                   FROM pk WHERE sender = 'client' AND packet_type = 'initial' GROUP BY ALL) od USING (connection_id)
         LEFT JOIN (SELECT m.connection_id, arg_min(d.server_name, d.frame_number) AS server_name
                    FROM c_dgram d JOIN dmap m USING (frame_number)
                    WHERE d.server_name IS NOT NULL GROUP BY ALL) sn USING (connection_id)""")
 
     con.execute(f"""INSERT INTO capture_issues
-        SELECT {file_id}, m.connection_id, d.frame_number, (d.epoch_s * 1000)::DOUBLE, 'gso_superframe', NULL,
+        SELECT {file_id}, m.connection_id, d.frame_number, {_epoch_ms('d.epoch_ns')}, 'gso_superframe', NULL,
                d.udp_payload_bytes,
                'UDP payload of ' || d.udp_payload_bytes || ' bytes from ' || replace(d.src_ep, '#', ' port ')
                || ': ' || d.decrypted || ' of ' || d.parsed
                || ' QUIC packets tshark parsed decrypted; the rest could not be split'
         FROM c_dgram d JOIN dmap m USING (frame_number) WHERE d.gso
         UNION ALL
-        SELECT {file_id}, m.connection_id, p.frame_number, (m.epoch_s * 1000)::DOUBLE, 'not_decrypted',
-               p.packet_type, p.size_bytes, CASE WHEN p.decryption_failed THEN 'decryption failed' ELSE 'no keys' END
-        FROM c_pkt p JOIN dmap m USING (frame_number) WHERE p.undecrypted AND NOT m.gso
+        SELECT {file_id}, connection_id, frame_number, {_epoch_ms('epoch_ns')}, 'not_decrypted',
+               packet_type, size_bytes, CASE WHEN decryption_failed THEN 'decryption failed' ELSE 'no keys' END
+        FROM pk WHERE undecrypted AND NOT gso
         UNION ALL
-        SELECT {file_id}, m.connection_id, d.frame_number, (d.epoch_s * 1000)::DOUBLE, 'malformed', NULL,
+        SELECT {file_id}, m.connection_id, d.frame_number, {_epoch_ms('d.epoch_ns')}, 'malformed', NULL,
                d.udp_payload_bytes, 'tshark: Malformed Packet'
         FROM c_dgram d JOIN dmap m USING (frame_number) WHERE d.malformed
         UNION ALL
-        SELECT {file_id}, NULL, frame_number, (epoch_s * 1000)::DOUBLE, 'unsplit', NULL, udp_payload_bytes,
+        SELECT {file_id}, NULL, frame_number, {_epoch_ms('epoch_ns')}, 'unsplit', NULL, udp_payload_bytes,
                'datagram with ' || packets || ' QUIC packets that could not be cut into packets'
         FROM c_dgram WHERE packets > 0 AND NOT split_ok""")
 
@@ -578,9 +701,8 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                           arg_min(src_ep, frame_number) FILTER (WHERE sender = 'server') AS server_ep,
                           count(*) FILTER (WHERE gso) AS superframes
                    FROM dmap GROUP BY ALL) e USING (connection_id)
-        LEFT JOIN (SELECT m.connection_id, arg_min(p.version_text, (p.frame_number, p.idx)) AS version_text
-                   FROM c_pkt p JOIN dmap m USING (frame_number)
-                   WHERE p.header_form = 1 AND p.version <> 0 GROUP BY ALL) v USING (connection_id)""")
+        LEFT JOIN (SELECT connection_id, arg_min(version_text, (frame_number, idx)) AS version_text
+                   FROM pk WHERE header_form = 1 AND version <> 0 GROUP BY ALL) v USING (connection_id)""")
 
     staged.events, not_decrypted, datagrams = con.execute(
         "SELECT sum(packets), sum(not_decrypted), sum(datagrams) FROM cstart").fetchall()[0]
@@ -591,8 +713,8 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
-                  "dmap", "cstart", "pidx"):
+    for table in ("c_held", "c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
+                  "dmap", "cstart", "pk"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
@@ -600,8 +722,8 @@ def _warnings(con, staged: StagedCapture) -> list[str]:
     warnings = []
     path = staged.path
     total = staged.events
-    by_type = con.execute("""SELECT p.packet_type, count(*) FROM c_pkt p JOIN dmap m USING (frame_number)
-                             WHERE p.undecrypted AND NOT m.gso GROUP BY ALL ORDER BY 2 DESC, 1""").fetchall()
+    by_type = con.execute("""SELECT packet_type, count(*) FROM pk
+                             WHERE undecrypted AND NOT gso GROUP BY ALL ORDER BY 2 DESC, 1""").fetchall()
     if by_type:
         n = sum(c for _, c in by_type)
         listed = ", ".join(f"{t} {c}" for t, c in by_type)
@@ -612,11 +734,11 @@ def _warnings(con, staged: StagedCapture) -> list[str]:
         else:
             hint = f"the secrets ({staged.keylog or 'Decryption Secrets Block'}) do not cover them"
         warnings.append(f"{path}: {n} of {total} QUIC packets not decrypted ({listed}); {hint}")
-    malformed, versions = con.execute("""
-        SELECT count(*) FILTER (WHERE d.malformed),
-               string_agg(DISTINCT p.version_text, ', ') FILTER (WHERE p.header_form = 1 AND p.version <> 0)
-        FROM c_dgram d JOIN dmap USING (frame_number) LEFT JOIN c_pkt p USING (frame_number)""").fetchall()[0]
+    malformed = con.execute("SELECT count(*) FROM c_dgram JOIN dmap USING (frame_number) "
+                            "WHERE malformed").fetchall()[0][0]
     if malformed:
+        versions = con.execute("""SELECT string_agg(DISTINCT version_text, ', ') FROM pk
+                                  WHERE header_form = 1 AND version <> 0""").fetchall()[0][0]
         warnings.append(f"{path}: tshark found {malformed} malformed QUIC datagrams (versions seen: "
                         f"{versions or 'none'}; tshark does not dissect every QUIC version, e.g. drafts older than "
                         "the invariants of RFC 8999): "

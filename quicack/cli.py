@@ -8,27 +8,28 @@ from __future__ import annotations
 
 import sys
 import time
-import webbrowser
-from datetime import datetime
-from importlib import resources
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import orjson
-from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeRemainingColumn)
 
-from . import campaign, firstflight, ingest, qlogwriter, targets
-from . import merge as merge_mod
-from . import probe as probe_mod
-from . import scan as scan_mod
-from . import serve as serve_mod
-from .compare import compare_files
-from .model import QuicackError, Summary
-from .store import Store
+from .model import SERVE_MODES, USER_AGENT, QuicackError, Summary
 
-err = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from .scan import ScanOptions
+
+# Commands import what they use when they run: `quicack analyze` on a capture starts tshark
+# before DuckDB, pyarrow and the rest load (see quicack.ingest), and no command waits for aioquic,
+# polars or plotly unless it needs them.
+
+
+@cache
+def _err():
+    """rich's console on stderr (progress bars, peer messages), made when first needed."""
+    from rich.console import Console
+    return Console(stderr=True, highlight=False)
+
 
 DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
                          type=click.Path(dir_okay=False),
@@ -53,11 +54,16 @@ def main() -> None:
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
                  quic_ports: tuple[int, ...] = ()) -> Summary:
+    from . import ingest  # light: it starts tshark on a capture before loading DuckDB
+
     files = ingest.expand(paths)
     total = sum(f.stat().st_size for f in files)
-    show = not quiet and err.is_terminal and (len(files) > 1 or total > 20_000_000)
+    show = not quiet and _err().is_terminal and (len(files) > 1 or total > 20_000_000)
+    if not show:
+        return ingest.analyze(files, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), console=err, disable=not show, transient=True) as bar:
+                  TimeRemainingColumn(), console=_err(), transient=True) as bar:
         task = bar.add_task("analyzing", total=total)
 
         def step(path: Path, size: int) -> None:
@@ -85,16 +91,14 @@ def _print_summary(summary: Summary, db: str) -> None:
     if refused:
         click.echo(f"failures: {refused}")
     if summary.file_ids:
-        with Store(db, read_only=True) as store:
-            by_class = store.handshakes_by_class(summary.file_ids)
-        _print_table("handshakes by class:", by_class)
+        _print_table("handshakes by class:", *summary.handshake_classes)
 
 
-def _print_table(title: str, frame) -> None:
+def _print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
     """A plain, aligned text table (numbers with 3 decimals, NULL as '-')."""
     click.echo(title)
-    cells = [list(frame.columns)]
-    for row in frame.iter_rows():
+    cells = [list(columns)]
+    for row in rows:
         cells.append(["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     for r in cells:
@@ -129,6 +133,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports):
     except QuicackError as e:
         _fail(e)
     _print_summary(summary, db)
+    _QUICK_EXIT[0] = True
     sys.exit(1 if summary.count("refused") else 0)
 
 
@@ -157,6 +162,8 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
     ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
     when the views agree, 1 when they differ or a file cannot be read.
     """
+    from .compare import compare_files
+    from .store import Store
     with Store(":memory:") as store:
         results = [store.ingest(path, keylog=keylog) for path in (a, b)]
         for r in results:
@@ -204,6 +211,10 @@ def export(db, directory, qlog_path, connections):
         raise click.UsageError("give --parquet DIR and/or --qlog FILE")
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
+    import orjson
+
+    from . import qlogwriter
+    from .store import Store
     try:
         with Store(db, read_only=True) as store:
             if directory:
@@ -233,7 +244,11 @@ def report(db, out, open_browser, max_connections):
     """Write a self-contained HTML report of the store (plotly, works offline): handshake classes,
     gaps, first ACK delays and PTOs, ACK policy of transfers, per-connection sequence diagrams and
     RTT/PTO replay next to the logged values."""
+    import webbrowser
+    from datetime import datetime
+
     from . import report as report_module  # plotly loads only for reports
+    from .store import Store
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     out = out or str(Path("reports") / (Path(db).stem + ".html"))
@@ -261,6 +276,13 @@ def demo(db, quiet, with_peers):
     (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
     looked like; then scan the real QUIC peers that are ready (Caddy, ngtcp2, quic-go, quinn:
     quicack peers build) and print their first ACK delays."""
+    from datetime import datetime
+    from importlib import resources
+
+    from . import campaign, firstflight
+    from . import scan as scan_mod
+    from . import serve as serve_mod
+    from .store import Store
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -335,6 +357,7 @@ def _demo_peers(db: str) -> list[str]:
     ACK delays; returns the failures."""
     from . import peers as peer_mod
     from . import peerviews
+    from .store import Store
     ready = [n for n in peer_mod.PEERS if peer_mod.status(n) in ("installed", "built")]
     if not ready:
         click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
@@ -360,7 +383,7 @@ def _demo_peers(db: str) -> list[str]:
 # --- serve -----------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--mode", type=click.Choice(serve_mod.MODES), default="wfc", show_default=True,
+@click.option("--mode", type=click.Choice(SERVE_MODES), default="wfc", show_default=True,
               help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
                    "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
                    "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
@@ -385,6 +408,7 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
     """
     import asyncio
 
+    from . import serve as serve_mod
     try:
         specs = serve_mod.load_config(config_path) if config_path else []
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
@@ -431,8 +455,10 @@ _WORKERS = _Workers()
 
 
 def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict,
-                  shard) -> "scan_mod.ScanOptions":
+                  shard) -> ScanOptions:
     """Campaign values (LIST.toml) overridden by options given on the command line."""
+    from . import campaign
+    from . import scan as scan_mod
     values = campaign.load(list_path) if list_path.endswith(".toml") else {"list_path": list_path}
     for name, value in given.items():
         source = ctx.get_parameter_source(name)
@@ -471,7 +497,7 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--timeout-response-s", "response_timeout_s", type=float, default=5.0,
               show_default=True, help="Then wait for the HTTP/3 response.")
 @click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET.")
-@click.option("--user-agent", default=probe_mod.USER_AGENT, show_default=True)
+@click.option("--user-agent", default=USER_AGENT, show_default=True)
 @click.option("--split-clienthello", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Spread the ClientHello over N Initial packets (a TLS padding extension).")
 @click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
@@ -506,14 +532,18 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
     joins connections.  Re-running the same command resumes the run.  Ctrl-C stops cleanly
     (probes in flight finish); a second Ctrl-C stops at once.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from . import scan as scan_mod
+    from . import targets
     try:
         opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
                              scan_mod.parse_shard(shard_value))
     except QuicackError as e:
         _fail(e)
-    show = not quiet and err.is_terminal
+    show = not quiet and _err().is_terminal
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=err,
+                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=_err(),
                   disable=not show, transient=True) as bar:
         task = bar.add_task("probing", total=None, rate="")
         started = {}
@@ -563,6 +593,7 @@ def merge(target, sources):
 
     Keys are renumbered so every join keeps working; a run (name, shard) is merged only once.
     """
+    from . import merge as merge_mod
     try:
         added = merge_mod.merge(target, list(sources))
     except QuicackError as e:
@@ -609,7 +640,7 @@ def peers_build(names):
     from . import peers as peer_mod
     for name in _peer_names(names):
         try:
-            done = peer_mod.prepare(name, progress=lambda m: err.print(f"  {m}"))
+            done = peer_mod.prepare(name, progress=lambda m: _err().print(f"  {m}"))
         except QuicackError as e:
             _fail(e)
         click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
@@ -634,6 +665,7 @@ def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
     exactly like `quicack scan --pcap … --allow-private`; `quicack report` shows the same tables."""
     from . import peers as peer_mod
     from . import peerviews
+    from .store import Store
     chosen = _peer_names(names)
     base = Path(workdir) if workdir else _peers_workdir(db)
     failed = False
@@ -641,7 +673,7 @@ def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
     for name in chosen:
         try:
             done = peer_mod.scan(name, db, base / name, repetitions=repetitions, path=path,
-                                 progress=lambda m: err.print(f"  {m}"))
+                                 progress=lambda m: _err().print(f"  {m}"))
         except QuicackError as e:
             _fail(e)
         runs.append(done.run)
@@ -673,7 +705,7 @@ def peers_run(name, host, port, workdir):
     name = _peer_names([name])[0]
     try:
         with peer_mod.start(name, workdir, host=host, port=port,
-                            progress=lambda m: err.print(f"  {m}")) as run:
+                            progress=lambda m: _err().print(f"  {m}")) as run:
             click.echo(f"{name} serving HTTP/3 on {run.url} (SNI {run.server_name}, "
                        f"self-signed {run.cert})")
             click.echo(f"  qlog: {run.qlog_dir or 'none (this peer writes none)'}")
@@ -689,5 +721,25 @@ def peers_run(name, host, port, workdir):
         _fail(QuicackError(f"{name} exited with status {run.process.returncode}", str(run.log)))
 
 
+#: Set by a command after which the process may leave at once (see :func:`run`).
+_QUICK_EXIT = [False]
+
+
+def run() -> None:
+    """The ``quicack`` program: :func:`main`, and after ``analyze`` (whose user waits for it, the
+    store closed and every line written) an exit without the interpreter's teardown of DuckDB
+    and Arrow, which takes ~0.05 s and has nothing left to save."""
+    import os
+
+    try:
+        main()
+    except SystemExit as e:
+        if not _QUICK_EXIT[0] or not isinstance(e.code, int | None):
+            raise
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.code or 0)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()

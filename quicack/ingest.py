@@ -4,6 +4,10 @@ Theory of operation: folders are walked recursively for trace files (qlog, sqlog
 forms, NDJSON and JSON) and captures (pcap, pcapng, also gzipped); each file is handed to
 :meth:`quicack.store.Store.ingest`, which commits or rolls back that file alone.  Progress is
 reported through a callback so the CLI can draw it.
+
+Start-up counts for a capture (a user waits for it): tshark spends a few tenths of a second
+loading its dissectors before it writes a row, so the first capture's tshark is started before
+the store — and with it DuckDB and pyarrow — is loaded; this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from . import pcap
 from .model import QuicackError, Summary
 from .pcap import CAPTURE_SUFFIXES
-from .store import Store
 
 TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", ".sqlog.gz",
                   ".json.gz", ".ndjson.gz")
@@ -49,10 +53,33 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     are decoded as QUIC.
     """
     files = expand(paths)
+    quic_ports = tuple(quic_ports)
     summary = Summary()
-    with Store(db) as store:
-        for path in files:
-            step = (lambda n, path=path: progress(path, n)) if progress else None
-            summary.files.append(store.ingest(path, reanalyze=reanalyze, keylog=keylog,
-                                              quic_ports=tuple(quic_ports), progress=step))
+    early = _start_first_capture(files, keylog, quic_ports)
+    try:
+        from .store import Store  # DuckDB and pyarrow load while tshark starts
+
+        with Store(db) as store:
+            for path in files:
+                step = (lambda n, path=path: progress(path, n)) if progress else None
+                dissection = early if early is not None and early.path == path else None
+                summary.files.append(store.ingest(path, reanalyze=reanalyze, keylog=keylog,
+                                                  quic_ports=quic_ports, progress=step,
+                                                  dissection=dissection))
+            if summary.file_ids:
+                summary.handshake_classes = store.handshake_class_rows(summary.file_ids)
+    finally:
+        if early is not None:
+            early.close()  # if the store could not be opened; else a no-op
     return summary
+
+
+def _start_first_capture(files: list[Path], keylog, quic_ports: tuple[int, ...]) -> pcap.Dissection | None:
+    """tshark already running on the first file if it is a capture (None if it is not, or if
+    tshark cannot start: ingesting the file then says why)."""
+    if not files or not pcap.is_capture(files[0]) or pcap.capture_format(files[0]) is None:
+        return None
+    try:
+        return pcap.Dissection(files[0], keylog, quic_ports)
+    except QuicackError:
+        return None

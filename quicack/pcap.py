@@ -2,17 +2,20 @@
 
 Theory of operation: tshark (Wireshark's dissector, Debian package ``tshark``) decrypts and
 dissects the capture once and streams ``-T fields`` rows — one row per captured frame, every
-field's occurrences joined by commas — through a pipe.  A thread empties the pipe; every few MB of
-rows are parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
-:func:`quicack.capture.stage_batch`, which turns them into rows with DuckDB while tshark goes on
-dissecting.  No per-packet Python runs.
+field's occurrences joined by commas — through a pipe.  A thread empties the pipe; each MB or
+so of rows is parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
+:class:`quicack.capture.Staging` (Arrow compute for nearly every datagram, DuckDB for the rest)
+while tshark goes on dissecting.  No per-packet Python runs.  A user waits for the start-up too:
+``quicack analyze`` starts tshark (:class:`Dissection`), whose dissectors take a few tenths of
+a second to load, before it loads DuckDB and opens the store.
 
 ``-T fields`` flattens the QUIC packets coalesced in one UDP datagram: the frame types of an
 Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua tap (generated below),
 called by tshark only for datagrams with more than one QUIC packet (its filter), walks their
 protocol tree and writes to a side file, per QUIC packet, how many occurrences of each per-packet
 field it holds (``frame number<TAB>c1.c2…;c1.c2…``); :mod:`quicack.capture` cuts the lists with
-those counts.  The usual one-packet datagram never reaches Lua, so it costs nothing.
+those counts, as soon as a line is written (the tap flushes it).  The usual one-packet datagram
+never reaches Lua, so it costs nothing.
 
 Secrets: ``--keylog FILE``; else a key log beside the capture (``<name>.keys``, ``<name>.keylog``,
 ``keys.log``, ``sslkeylog``, ``sslkeylog.log``, ``sslkeylogfile``, or the only ``*.keys`` of the
@@ -29,18 +32,14 @@ import gzip
 import hashlib
 import io
 import os
-import queue
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import duckdb
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from .model import QuicackError
 
@@ -139,6 +138,7 @@ function tap.packet(pinfo, tvb)
     if counts.form > 0 then row[#row + 1] = table.concat(counts, ".") end
   end
   out:write(pinfo.number, "\\t", table.concat(row, ";"), "\\n")
+  out:flush()  -- read while tshark runs (quicack.capture.Staging.idle)
 end
 function tap.draw() out:flush() end
 """
@@ -292,13 +292,142 @@ def _tshark_error(stderr: str) -> str:
     return " ".join(lines)[:400]
 
 
-#: Bytes of tshark output handed to DuckDB at a time (≈ 13k frames): few enough statements to
-#: keep DuckDB's per-statement cost small, early enough to overlap with tshark.
-BATCH_BYTES = 2 << 20
+#: Rows are staged as soon as this many bytes of them (≈ 6k frames) have arrived, or more if
+#: more came while the previous batch was staged: few batches (each costs a few milliseconds
+#: whatever its size), and a small one left when tshark ends — the only one not overlapped with
+#: dissection.
+MIN_BATCH_BYTES = 1 << 20
+
+#: Pipe buffer asked for tshark's output (Linux F_SETPIPE_SZ): fewer wake-ups of the reader.
+_PIPE_BYTES = 1 << 20
 
 
-def _parse(block: bytes, bad_rows: list[int]) -> pa.Table:
+def resolve(path: Path, keylog: Path | str | None = None,
+            quic_ports: list[int] | tuple[int, ...] = ()) -> tuple[str, Path | None, list[int]]:
+    """(tshark binary, key log, ports decoded as QUIC) for dissecting ``path``; QuicackError if
+    tshark is missing or a key log given does not exist."""
+    binary = tshark_binary()
+    if keylog is not None and not Path(keylog).is_file():
+        raise QuicackError("no such key log file", str(keylog))
+    keylog = Path(keylog) if keylog is not None else find_keylog(path)
+    return binary, keylog, sorted(set(quic_ports))
+
+
+class Dissection:
+    """One tshark run over a capture, started when made; :func:`stage` reads its rows.
+
+    Made early (``quicack analyze`` starts tshark before it loads DuckDB, so tshark's own
+    start-up overlaps quicack's), a dissection that turns out not to be needed (the capture was
+    already ingested) is closed, which stops tshark.  A thread empties tshark's output pipe into
+    a queue, so tshark never waits for DuckDB."""
+
+    def __init__(self, path: Path, keylog: Path | str | None = None,
+                 quic_ports: list[int] | tuple[int, ...] = ()):
+        self.path = Path(path)
+        self.binary, self.keylog, self.ports = resolve(self.path, keylog, quic_ports)
+        self._tmp = tempfile.TemporaryDirectory(prefix="quicack-tshark-")
+        lua = Path(self._tmp.name) / "quicack_layout.lua"
+        self.layout_file = Path(self._tmp.name) / "layout.tsv"
+        lua.write_text(lua_script(self.layout_file))
+        self._buffer = bytearray()  # tshark's output not taken yet, filled by the pump thread
+        self._lock = threading.Lock()
+        self._ready = threading.Event()  # MIN_BATCH_BYTES in the buffer, or tshark's output closed
+        self._eof = False
+        self._stderr: list[bytes] = []
+        self._closed = False
+        try:
+            self.proc = subprocess.Popen(_command(self.binary, self.path, self.keylog, self.ports, str(lua)),
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        except OSError as e:
+            self._tmp.cleanup()
+            raise QuicackError(f"cannot run tshark: {e}", str(path)) from None
+        try:
+            import fcntl
+            fcntl.fcntl(self.proc.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+        except (ImportError, OSError):
+            pass  # not Linux, or a lower pipe-max-size: the default pipe works too
+        self._threads = [threading.Thread(target=self._pump, daemon=True),
+                         threading.Thread(target=lambda: self._stderr.append(self.proc.stderr.read()), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def matches(self, path: Path, keylog: Path | str | None, quic_ports) -> bool:
+        """Whether this dissection is the one :func:`stage` would start for these arguments."""
+        try:
+            _, wanted_keylog, ports = resolve(Path(path), keylog, quic_ports)
+        except QuicackError:
+            return False
+        return Path(path) == self.path and wanted_keylog == self.keylog and ports == self.ports
+
+    def _pump(self) -> None:
+        while block := self.proc.stdout.read(1 << 20):
+            if len(block) < _PIPE_BYTES // 8:
+                time.sleep(0.005)  # let tshark fill the pipe: fewer, larger reads (less CPU)
+            with self._lock:
+                self._buffer += block
+                if len(self._buffer) >= MIN_BATCH_BYTES:
+                    self._ready.set()
+        with self._lock:
+            self._eof = True
+            self._ready.set()
+
+    def blocks(self, idle=None):
+        """tshark's output in blocks of whole rows: one as soon as MIN_BATCH_BYTES arrived,
+        holding everything that arrived meanwhile; the rest once tshark has closed its output.
+        ``idle()`` is called before waiting for tshark (work that can wait)."""
+        pending = b""
+        while True:
+            if idle is not None and not self._ready.is_set():
+                idle()
+            self._ready.wait()
+            with self._lock:
+                taken, self._buffer = self._buffer, bytearray()
+                done = self._eof
+                if not done:
+                    self._ready.clear()
+            pending += taken
+            if done:
+                if pending.strip():
+                    yield pending
+                return
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                block, pending = pending[:cut], pending[cut:]
+                yield block
+
+    def wait(self) -> tuple[int, str]:
+        """(exit status, stderr) once tshark has ended."""
+        returncode = self.proc.wait()
+        for t in self._threads:
+            t.join()
+        return returncode, b"".join(self._stderr).decode(errors="replace")
+
+    def close(self) -> None:
+        """Stop tshark if it still runs and remove its files (again: nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for t in self._threads:
+            t.join()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "Dissection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse(block: bytes, bad_rows: list[int]):
     """tshark's TSV (no quoting, empty = missing) as an Arrow table of text columns."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     names = [column(f) for f in ALL_FIELDS]
 
     def skip(row) -> str:
@@ -314,68 +443,35 @@ def _parse(block: bytes, bad_rows: list[int]) -> pa.Table:
                                              strings_can_be_null=True))
 
 
-def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], workdir: Path,
-         on_batch) -> tuple[int, str | None, list[str]]:
-    """Run tshark once, handing every batch of rows to ``on_batch(con, arrow_table)`` while it
-    still dissects (a thread empties its pipe so it never waits for DuckDB).  Return (frames,
-    tshark version, warnings); raise QuicackError if the capture cannot be read."""
-    lua = workdir / "quicack_layout.lua"
-    layout_file = workdir / "layout.tsv"
-    layout_file.unlink(missing_ok=True)
-    lua.write_text(lua_script(layout_file))
-    try:
-        proc = subprocess.Popen(_command(binary, path, keylog, ports, str(lua)), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, bufsize=0)
-    except OSError as e:
-        raise QuicackError(f"cannot run tshark: {e}", str(path)) from None
-    chunks: queue.SimpleQueue = queue.SimpleQueue()
-    err_chunks: list[bytes] = []
+def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str]]:
+    """Stage every block of tshark's rows (:class:`quicack.capture.Staging`) while tshark still
+    dissects, then what waited for tshark's end.  Return (frames, tshark version, warnings);
+    raise QuicackError if the capture cannot be read."""
+    import pyarrow as pa
 
-    def pump() -> None:
-        while block := proc.stdout.read(1 << 20):
-            chunks.put(block)
-        chunks.put(None)
-    threads = [threading.Thread(target=pump, daemon=True),
-               threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)]
-    for t in threads:
-        t.start()
+    from . import capture
+
+    path = dissection.path
     frames = 0
     bad_rows: list[int] = []
-    pending = bytearray()
-    done = False
+    staging = capture.Staging(con, dissection.layout_file)
     try:
-        while not done:
-            item = chunks.get()
-            while True:
-                if item is None:
-                    done = True
-                    break
-                pending += item
-                try:
-                    item = chunks.get_nowait()
-                except queue.Empty:
-                    break
-            if len(pending) < BATCH_BYTES and not done:
-                continue
-            cut = len(pending) if done else pending.rfind(b"\n") + 1
-            if cut <= 0:
-                continue
-            block = bytes(pending[:cut])
-            del pending[:cut]
-            if block.strip():
-                table = _parse(block, bad_rows)
-                frames += table.num_rows
-                on_batch(con, table)
+        for block in dissection.blocks(staging.idle):
+            table = _parse(block, bad_rows)
+            frames += table.num_rows
+            staging.add(table)
     except pa.ArrowInvalid as e:
-        proc.kill()
+        dissection.close()
         raise QuicackError(f"unreadable tshark output: {e}", str(path)) from None
-    finally:
-        returncode = proc.wait()
-        for t in threads:
-            t.join()
-        proc.stdout.close()
-        proc.stderr.close()
-    stderr = b"".join(err_chunks).decode(errors="replace")
+    version, warnings = _outcome(path, frames, *dissection.wait())
+    staging.finish()  # tshark has ended: its layout file is complete
+    if bad_rows:
+        warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
+    return frames, version, warnings
+
+
+def _outcome(path: Path, frames: int, returncode: int, stderr: str) -> tuple[str | None, list[str]]:
+    """(tshark version, warnings) of an ended tshark run; QuicackError if it failed."""
     version = next((ln[len(_VERSION_MARK):].strip() for ln in stderr.splitlines()
                     if ln.startswith(_VERSION_MARK)), None)
     message = _tshark_error(stderr)
@@ -389,47 +485,46 @@ def _run(con, binary: str, path: Path, keylog: Path | None, ports: list[int], wo
         else:
             raise QuicackError(f"tshark cannot read the capture: {message or 'exit status ' + str(returncode)}",
                                str(path))
-    if bad_rows:
-        warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
     if version is None:
         warnings.append(f"{path}: tshark ran no Lua script (Lua disabled?): datagrams holding several "
                         "QUIC packets cannot be split and are left out")
-    from . import capture
-    capture.finish(con, layout_file)
-    return frames, version, warnings
+    return version, warnings
 
 
-def stage(con: duckdb.DuckDBPyConnection, path: Path, keylog: Path | None = None,
-          quic_ports: list[int] | tuple[int, ...] = ()) -> StagedCapture:
-    """Dissect ``path`` with tshark; :func:`quicack.capture.stage_batch` turns each batch of rows
-    into per-datagram, per-packet and per-frame temporary tables while tshark runs (DuckDB on
-    one thread, tshark on the other core).  Raise QuicackError if the capture is unreadable."""
+def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | tuple[int, ...] = (),
+          dissection: Dissection | None = None) -> StagedCapture:
+    """Dissect ``path`` with tshark (or take the running ``dissection`` of it, which this closes);
+    :class:`quicack.capture.Staging` turns each batch of rows into per-datagram, per-packet
+    and per-frame temporary tables while tshark runs (this thread, DuckDB on one thread; tshark
+    on the other core).  Raise QuicackError if the capture is unreadable."""
     from . import capture
 
     name = str(path)
-    fmt = capture_format(path)
-    if fmt is None:
-        raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
-    binary = tshark_binary()
-    if keylog is not None and not Path(keylog).is_file():
-        raise QuicackError("no such key log file", str(keylog))
-    keylog = Path(keylog) if keylog is not None else find_keylog(path)
-    ports = sorted(set(quic_ports))
-    threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
-    con.execute("SET threads = 1")
     try:
-        with tempfile.TemporaryDirectory(prefix="quicack-tshark-") as tmp:
-            capture.begin(con)
-            frames, version, warnings = _run(con, binary, path, keylog, ports, Path(tmp), capture.stage_batch)
+        fmt = capture_format(path)
+        if fmt is None:
+            raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
+        if dissection is None or not dissection.matches(path, keylog, quic_ports):
+            if dissection is not None:
+                dissection.close()
+            dissection = Dissection(path, keylog, quic_ports)
+        keylog, ports = dissection.keylog, dissection.ports
+        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        con.execute("SET threads = 1")
+        try:
+            frames, version, warnings = _run(con, dissection)
             forced = sorted(set(capture.ports_to_force(con)) - set(ports))
             if forced:  # tshark's heuristics missed QUIC on these ports: decode them as QUIC
-                ports = sorted(set(ports) | set(forced))
-                capture.begin(con)
-                frames, version, warnings = _run(con, binary, path, keylog, ports, Path(tmp),
-                                                 capture.stage_batch)
+                dissection.close()
+                dissection = Dissection(path, keylog, sorted(set(ports) | set(forced)))
+                ports = dissection.ports
+                frames, version, warnings = _run(con, dissection)
+        finally:
+            con.execute(f"SET threads = {int(threads)}")
     finally:
-        con.execute(f"SET threads = {int(threads)}")
-    version = version or tshark_version(binary)
+        if dissection is not None:
+            dissection.close()
+    version = version or tshark_version(dissection.binary)
     if tuple(int(x) for x in version.split(".")[:2]) < MIN_TSHARK:
         raise QuicackError(f"tshark {version} is too old: quicack needs tshark ≥ "
                            f"{'.'.join(map(str, MIN_TSHARK))} (QUIC v1/v2 field names)", name)

@@ -54,8 +54,8 @@ from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_tr
 from aioquic.tls import Epoch, Group, State
 
 from . import rxtime
+from .model import USER_AGENT
 
-USER_AGENT = "quicack/0.1 (QUIC ACK measurement research scanner)"
 CRYPTO_ERROR = 0x100
 TLS_PADDING_EXTENSION = 21
 #: CRYPTO bytes one 1200-byte client Initial datagram carries with aioquic's headers

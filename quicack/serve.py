@@ -67,10 +67,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from . import certificate, rxtime, targets
+from .model import SERVE_MODES as MODES  # ACK behaviours a listener can have (module docstring)
 from .model import QuicackError
-
-#: ACK behaviours a listener can have (see the module docstring).
-MODES = ("wfc", "iack", "iack-ping", "silent", "garbage", "close", "alert", "retry", "vn")
 
 
 @dataclass(frozen=True)

@@ -159,10 +159,13 @@ class Store:
     # --- ingest ------------------------------------------------------------------------------
 
     def ingest(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
-               quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None) -> FileResult:
+               quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
+               dissection: pcap.Dissection | None = None) -> FileResult:
         """Ingest one qlog file or capture in one transaction.  A refused file is a result, not an
         exception.  Captures are decrypted with ``keylog`` (else a key log beside them) and
-        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say.
+        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say; ``dissection`` is
+        tshark already started on the capture (:class:`quicack.pcap.Dissection`), which this
+        takes over and closes.
 
         ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
         previous call; by the time ingest returns the calls add up to the file size.
@@ -188,7 +191,8 @@ class Store:
             if unchanged:
                 return unchanged
             if is_capture:
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                         dissection)
             saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in INGEST_SETTINGS}
             for k, v in INGEST_SETTINGS.items():
                 self.con.execute(f"SET {k} = '{v}'")
@@ -200,6 +204,8 @@ class Store:
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         finally:
+            if dissection is not None:
+                dissection.close()  # not taken over (a qlog, an unchanged capture) or done
             digest.join()
             report(size)
 
@@ -216,14 +222,15 @@ class Store:
             "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
 
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
-                     quic_ports: tuple[int, ...], is_capture: bool) -> FileResult:
+                     quic_ports: tuple[int, ...], is_capture: bool,
+                     dissection: pcap.Dissection | None = None) -> FileResult:
         self.con.execute("BEGIN")
         try:
             file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
             first_connection = self.con.execute(
                 "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
             if is_capture:
-                staged = pcap.stage(self.con, path, keylog, quic_ports)
+                staged = pcap.stage(self.con, path, keylog, quic_ports, dissection)
                 capture.normalize(self.con, file_id, first_connection, staged)
             else:
                 with reader.open_source(path, self.con) as staged, \
@@ -252,7 +259,7 @@ class Store:
                 file_id, name, digest.value(), path.stat().st_size, staged.format, staged.qlog_version,
                 ANALYSIS_VERSION, datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
             result = self._file_result(file_id, name, staged.warnings)
-            self.con.execute("COMMIT")
+            self._commit(write_through=is_capture)
             return result
         except QuicackError as e:
             self.con.execute("ROLLBACK")
@@ -264,6 +271,20 @@ class Store:
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
+
+    def _commit(self, write_through: bool) -> None:
+        """COMMIT; ``write_through``: the rows go to the database file at once (a checkpoint)
+        instead of to the write-ahead log and again to the file when the store closes — for a
+        capture of 40k packets ~0.04 s less, which a user of ``quicack analyze`` waits for."""
+        if not write_through:
+            self.con.execute("COMMIT")
+            return
+        threshold = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
+        self.con.execute("SET checkpoint_threshold = '0b'")
+        try:
+            self.con.execute("COMMIT")
+        finally:
+            self.con.execute(f"SET checkpoint_threshold = '{threshold}'")
 
     def _delete_file(self, file_id: int) -> None:
         ids = "(SELECT connection_id FROM connections WHERE file_id = ?)"
@@ -303,9 +324,17 @@ class Store:
     def handshakes_by_class(self, file_ids: list[int] | None = None) -> pl.DataFrame:
         """Connections per handshake class with median gap, first ACK delay and first PTO (ms),
         for the given files (all files when None)."""
+        return self._handshakes_by_class(file_ids).pl()
+
+    def handshake_class_rows(self, file_ids: list[int] | None = None) -> tuple[list[str], list[tuple]]:
+        """:meth:`handshakes_by_class` as column names and rows (no polars: the CLI summary)."""
+        relation = self._handshakes_by_class(file_ids)
+        return relation.columns, relation.fetchall()
+
+    def _handshakes_by_class(self, file_ids: list[int] | None) -> duckdb.DuckDBPyRelation:
         where = "true" if file_ids is None else \
             f"file_id IN ({', '.join(str(int(i)) for i in file_ids) or 'NULL'})"
-        return self.sql(f"""
+        return self.con.sql(f"""
             SELECT handshake_class AS class, count(*) AS connections,
                    median(ack_sh_gap_ms) AS median_gap_ms,
                    median(first_ack_delay_ms) AS median_first_ack_delay_ms,

@@ -426,3 +426,79 @@ def test_lua_layout_counts_the_packet_fields():
     script = lua_script()
     listed = script.split("local names = {", 1)[1].split("}", 1)[0]
     assert [n.strip().strip('"') for n in listed.split(",")] == list(PACKET_FIELDS)
+
+
+# --- the fast path (Arrow) and the general path (DuckDB) of staging --------------------------
+
+def _staged(path: Path, fast: bool) -> dict[str, list[tuple]]:
+    """The temporary rows of one capture (c_dgram, c_pkt, c_frame), staged batch by batch."""
+    import duckdb
+
+    from quicack import capture, pcap
+
+    con = duckdb.connect()
+    with pcap.Dissection(path) as dissection:
+        staging = capture.Staging(con, dissection.layout_file, fast=fast)
+        for block in dissection.blocks(staging.idle):
+            staging.add(pcap._parse(block, []))
+        dissection.wait()
+        staging.finish()
+    rows = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("c_dgram", "c_pkt", "c_frame")}
+    con.close()
+    return rows
+
+
+FAST_CASES = [c.path for c in CASES] + [
+    P2Q / "draft-01/ack_range.pcapng",  # ACK frames with several ranges
+    P2Q / "draft-01/multi_stream.pcap", P2Q / "draft-01/new_cid.pcap",  # undecrypted packets
+    ZEEK / "quicv2-http3-443.pcap", ZEEK / "firefox-102.13.0esr-blog-cloudflare-com.pcap",
+    INTEROP / "retry.pcap", INTEROP / "zerortt.pcap", TWO / "cap.pcapng", GSO / "cap.pcapng"]
+
+
+@pytest.mark.parametrize("path", FAST_CASES, ids=lambda p: p.name)
+def test_the_fast_path_stages_the_rows_of_the_general_path(path, monkeypatch):
+    """Most datagrams are staged by quicack.fastpath in Arrow, the others by the SQL of the
+    general path, which can stage any datagram.  Staged both ways, in small batches (the held
+    datagrams then go through the general path while tshark runs, several at a time), every
+    capture gives the same datagram, packet and frame rows; and the fast path did take datagrams
+    of every capture (with CONNECTION_CLOSE, several ACK ranges, undecrypted packets, GSO…)."""
+    from quicack import capture, fastpath, pcap
+
+    monkeypatch.setattr(pcap, "MIN_BATCH_BYTES", 2000)
+    monkeypatch.setattr(capture, "HELD_ROWS", 3)
+    fast, general = _staged(path, fast=True), _staged(path, fast=False)
+    assert fast == general
+    assert fast["c_pkt"]
+    with pcap.Dissection(path) as dissection:
+        taken = sum(fastpath.split(pcap._parse(b, [])).datagrams.num_rows for b in dissection.blocks())
+    assert 0 < taken <= len(fast["c_dgram"])
+
+
+def test_the_fast_path_leaves_what_it_cannot_read_to_the_general_path():
+    """A number tshark wrote that does not parse (TRY_CAST gives NULL in the general path) sends
+    the batch's rows to the general path; rows of several QUIC packets and repeated frame fields
+    always go there; non-UDP rows go nowhere."""
+    import pyarrow as pa
+
+    from quicack import fastpath
+    from quicack.pcap import ALL_FIELDS, column
+
+    def rows(*changes: dict) -> pa.Table:
+        base = {column(f): None for f in ALL_FIELDS}
+        base.update(frame_number="1", frame_time_epoch="1700000000.000000001", ip_src="10.0.0.1",
+                    ip_dst="10.0.0.2", udp_srcport="5000", udp_dstport="443", udp_length="40",
+                    quic_header_form="0", quic_packet_length="30", quic_packet_number="7",
+                    quic_frame_type="1")
+        return pa.Table.from_pylist([{**base, **c} for c in changes],
+                                    schema=pa.schema([(column(f), pa.string()) for f in ALL_FIELDS]))
+
+    out = fastpath.split(rows({}, {"frame_number": "2", "quic_header_form": "1,0"},
+                              {"frame_number": "3", "quic_frame_type": "6,6", "quic_crypto_offset": "0,10"},
+                              {"frame_number": "4", "udp_srcport": None}))
+    assert out.datagrams["frame_number"].to_pylist() == [1]
+    assert out.packets["packet_number"].to_pylist() == [7]
+    assert out.frames["frame_type"].to_pylist() == ["ping"]
+    assert out.datagrams["epoch_ns"].to_pylist() == [1_700_000_000_000_000_001]
+    assert out.held["frame_number"].to_pylist() == ["2", "3"]
+    bad = fastpath.split(rows({}, {"frame_number": "2", "quic_packet_number": "seven"}))
+    assert bad.datagrams.num_rows == 0 and bad.held["frame_number"].to_pylist() == ["1", "2"]
