@@ -1,7 +1,7 @@
 """Scanner figures: probes/s, the scanner's own CPU per probe, and its ACK→ServerHello gap
 against a packet capture of the same probes; plus memory while streaming a 1M-line list.
 
-    python benchmarks/scan.py [--probes 2000] [--concurrency 200] [--workers 2]
+    python benchmarks/scan.py [--probes 2000] [--concurrency 200] [--workers auto|N]
     python benchmarks/scan.py --list-lines 1000000      # streaming memory only
 
 Local `quicack serve` listeners (iack with 5/10/20 ms certificate delays and an extra delay on
@@ -11,12 +11,14 @@ the scan's key log.  Per probe, the gap is t(first server datagram with an Initi
 − t(first server datagram with an Initial ACK frame), from the scanner (probes.server_hello_ms −
 probes.first_ack_ms, kernel receive timestamps) and from the capture (frame.time_epoch).
 Prints figures; asserts nothing (targets: ≤ 4 ms scanner CPU per probe, gap error p99 ≤ 0.2 ms).
+CPU is process CPU time (getrusage; the writer thread's own clock for storing), per probe:
+probing (probing processes, or the parent when it probes itself, less the writer), storing (the
+writer thread while probing) and ingest (after probing), and the start-up of child processes.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import socket
 import subprocess
@@ -157,22 +159,31 @@ def bench_probes(args) -> None:
             if (t, r) in qlog_gaps and qlog_gaps[(t, r)] is not None:
                 qlog_errors.append(abs(qlog_gaps[(t, r)] - wire[(t, r)]))
     overlap = max_overlap([(s, s + d) for *_, s, d in rows])
-    print(f"probes: {n} ({summary.outcomes}) with --workers {args.workers}, "
-          f"--concurrency {args.concurrency}; peak in flight {overlap}")
-    print(f"wall {wall:.1f} s → {n / wall:.0f} probes/s (scan start to end: listing, probing, "
-          f"writing, ingest)")
     p = progress["p"]
     parent_probing_cpu = progress["probed"][0] - self0
     probing_wall = progress["probed"][1] - t0
-    print(f"probing phase: {probing_wall:.1f} s → {n / probing_wall:.0f} probes/s; then ingest "
-          f"(classification, replay) {wall - probing_wall:.1f} s")
-    print(f"scanner CPU per probe while probing: {1000 * (p.worker_cpu_s + parent_probing_cpu) / n:.2f} ms "
-          f"— probes in the workers {1000 * p.worker_cpu_s / n:.2f} ms, parent (dispatch, qlog files, "
-          f"rows; with --workers 1 the probes too) {1000 * parent_probing_cpu / n:.2f} ms; plus child "
-          f"start-up (workers, tshark -v) "
-          f"{1000 * (workers_cpu - p.worker_cpu_s) / n:.2f} ms and ingest "
-          f"{1000 * (parent_cpu - parent_probing_cpu) / n:.2f} ms (servers and dumpcap excluded)")
-    print(f"gap error |scanner − capture| ms: {quantiles(errors)}")
+    workers = scan.worker_count(opts.workers)
+    ms = 1000 / n
+    probing = p.worker_cpu_s + parent_probing_cpu - p.writer_cpu_s
+    storing = p.writer_cpu_s
+    ingest = parent_cpu - parent_probing_cpu
+    startup = workers_cpu - p.worker_cpu_s
+    print(f"probes: {n} ({summary.outcomes}) with --workers {args.workers} ({workers} probing "
+          f"process{'es' if workers > 1 else ', the parent'}), --concurrency {args.concurrency}; "
+          f"peak in flight {overlap}")
+    print(f"probes/s: {n / probing_wall:.0f} while probing ({probing_wall:.1f} s); {n / wall:.0f} for "
+          f"the whole scan ({wall:.1f} s: listing, probing, storing, then ingest {wall - probing_wall:.1f} s)")
+    print("scanner CPU per probe (process CPU time; servers and dumpcap excluded):")
+    print(f"  probing  {probing * ms:5.2f} ms  (probing processes {p.worker_cpu_s * ms:.2f} + parent: "
+          f"dispatch, results{', the probes themselves' if workers == 1 else ''} "
+          f"{(parent_probing_cpu - storing) * ms:.2f})")
+    print(f"  storing  {storing * ms:5.2f} ms  (writer thread while probing: batch qlog files, key log, "
+          f"probe rows)")
+    print(f"  ingest   {ingest * ms:5.2f} ms  (after probing: the probes' qlogs through quicack analyze's "
+          f"path — normalize, classify, replay — and linked to their probes)")
+    print(f"  total    {(probing + storing + ingest) * ms:5.2f} ms  (+ start-up {startup * ms:.2f} ms: "
+          f"probing processes' interpreters, tshark -v)")
+    print(f"gap error |scanner − capture| ms: {quantiles(errors)}  (target p99 ≤ 0.2)")
     print(f"gap error |qlog in store − capture| ms: {quantiles(qlog_errors)}")
     print(f"event-loop lag (kernel receive → processing) ms: {quantiles(lags)}")
     print(f"server turnaround on the wire, client Initial → instant ACK (minus the "
@@ -201,7 +212,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probes", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", default="auto", help="as quicack scan --workers (default auto: "
+                        "one probing process per core less one for the parent)")
     parser.add_argument("--extra-delay-ms", type=float, default=400.0)
     parser.add_argument("--list-lines", type=int, default=0,
                         help="measure streaming memory with a list of this many lines instead")

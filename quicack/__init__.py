@@ -15,8 +15,8 @@ __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "S
 
 
 def __getattr__(name: str):
-    # analyze and Store load DuckDB and pyarrow (~0.3 s): only when asked for, so that importing
-    # a light submodule (the command line, quicack.pcap) does not pay for them.
+    # analyze and Store load DuckDB and pyarrow (~0.3 s) on first use, not with every submodule:
+    # a scan's probing processes and the command line's start-up import only what they need.
     if name == "analyze":
         from .ingest import analyze
         return analyze

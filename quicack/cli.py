@@ -436,6 +436,24 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
 
 # --- scan ------------------------------------------------------------------------------------
 
+class _Workers(click.ParamType):
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            count = int(value)
+        except ValueError:
+            count = 0
+        if not 1 <= count <= 64:
+            self.fail(f"expects a count from 1 to 64 or 'auto', got {value!r}", param, ctx)
+        return count
+
+
+_WORKERS = _Workers()
+
+
 def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict,
                   shard) -> ScanOptions:
     """Campaign values (LIST.toml) overridden by options given on the command line."""
@@ -494,8 +512,9 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
               help="Probe private, loopback and reserved addresses (refused otherwise).")
 @click.option("--shard", "shard_value", metavar="K/N",
               help="Probe only the K-th of N parts of the list (merge the stores with quicack merge).")
-@click.option("--workers", "-w", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Probing processes (one more process writes the store).")
+@click.option("--workers", "-w", type=_WORKERS, default="auto", show_default=True,
+              help="Probing processes (the parent writes the store); auto: one per core less one "
+                   "for the parent, so on two cores the parent probes itself.")
 @click.option("--pcap", type=click.Path(dir_okay=False),
               help="Capture the scan's UDP traffic with dumpcap into this pcapng file.")
 @click.option("--pcap-interface", help="Interface to capture on (default: lo for loopback targets, else any).")

@@ -30,6 +30,7 @@ import duckdb
 
 from . import qlog
 from .model import TraceInfo
+from .rows import insert as insert_rows
 
 PACKET_EVENTS = ("packet_sent", "packet_received")
 #: events that have a table of their own; all others go to other_events
@@ -96,6 +97,20 @@ _TYPES = {
 }
 
 
+def slice_key(t: TraceInfo) -> tuple | None:
+    """What staging (:func:`quicack.reader.stage`) and normalizing a trace's events depend on
+    besides the events: whole traces with equal keys may share a slice, so a file of many small
+    traces (a scan's batch of probes) costs a dozen statements, not a dozen per trace.  None:
+    the trace never shares one (delta times carry a running sum per trace).  Whatever of
+    :class:`TraceInfo` the SQL of :meth:`Normalizer.add` or of ``stage`` reads belongs here."""
+    if t.time_format == "delta":
+        return None
+    return (t.vantage, t.flow, t.time_scale_ms, t.time_format,
+            None if t.time_format == "absolute" else t.reference_epoch_ms, t.ack_delay_encoding,
+            t.metric_scale_ms, t.missing_ack_delay_is_zero, t.layout, t.sender_from_cids,
+            t.vantage_from_first_packet, t.rx_datagram_events_first, t.latest_rtt_zero_is_unset)
+
+
 def _data(kind: str) -> str:
     """The event's data, parsed once into the STRUCT for ``kind``."""
     return f"json_transform(rec, '{json.dumps({'data': _TYPES[kind]})}').data"
@@ -159,15 +174,19 @@ class Normalizer:
 
     # --- one slice ------------------------------------------------------------------------------
 
-    def add(self, trace_index: int, ev) -> None:
+    def add(self, trace_index: int, ev, traces: tuple[tuple[int, int], ...] = ()) -> None:
         """Normalize one staged slice: ``ev``, an Arrow table from :func:`quicack.reader.stage`
-        (events of trace ``trace_index``, in file order)."""
+        (events of trace ``trace_index``, in file order; or of several whole traces alike in
+        :func:`slice_key`, ``traces`` naming them with their event counts)."""
         con = self.con
         t = self.traces[trace_index]
         offset = self.seen.get(trace_index, 0)
         n = ev.num_rows
-        self.seen[trace_index] = offset + n
-        self.slices[trace_index] = self.slices.get(trace_index, 0) + 1
+        for index, count in traces or ((trace_index, n),):
+            if traces and index in self.seen:
+                raise ValueError(f"trace {index} shares a slice but is not whole")
+            self.seen[index] = self.seen.get(index, 0) + count
+            self.slices[index] = self.slices.get(index, 0) + 1
         self.events += n
         if not n:
             return
@@ -183,33 +202,37 @@ class Normalizer:
 
         # One connection per (trace, group): quinn writes all connections into one stream, told
         # apart by group_id.  A group first seen in this slice gets the next id, in file order.
+        # (A slice of several traces holds each whole, one after the other: "row" counts within
+        # its trace, ``offset`` is then 0.)
         self._keep("slice_groups", """
-            SELECT group_key, min("row") AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
-            FROM slice_events GROUP BY group_key""")
+            SELECT trace_index, group_key, min("row") AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
+            FROM slice_events GROUP BY trace_index, group_key""")
         next_id = self.first_connection_id + self.connections
         self._exec(f"""INSERT INTO conn
-            SELECT {trace_index}, group_key, {next_id} - 1 + row_number() OVER (ORDER BY first_row),
+            SELECT trace_index, group_key, {next_id} - 1 + row_number() OVER (ORDER BY trace_index, first_row),
                    {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL, NULL,
                    NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
-            FROM slice_groups g WHERE group_key NOT IN (SELECT group_key FROM conn WHERE trace_index = {trace_index})""")
+            FROM slice_groups g WHERE NOT EXISTS (SELECT 1 FROM conn c
+                                                  WHERE c.trace_index = g.trace_index AND c.group_key = g.group_key)""")
         self.connections = con.execute("SELECT count(*) FROM conn").fetchall()[0][0]
-        self._exec(f"""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
+        self._exec("""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
                                last_ms = greatest(conn.last_ms, g.hi)
-            FROM slice_groups g WHERE conn.trace_index = {trace_index} AND conn.group_key = g.group_key""")
+            FROM slice_groups g WHERE conn.trace_index = g.trace_index AND conn.group_key = g.group_key""")
 
         # The events with their connection: ``e`` below is this query.  Times count from the
         # connection's time base: the earliest time of the slice it first appeared in (finish()
         # shifts the rows if a later slice holds an earlier event).
         epoch = "t_ms" if t.time_format == "absolute" else f"{_lit(t.reference_epoch_ms)} + t_ms"
-        one = self._exec(f"""SELECT any_value(c.connection_id), any_value(c.base_ms), count(*) FROM slice_groups g
-            JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = g.group_key""").fetchall()[0]
+        one = self._exec("""SELECT any_value(c.connection_id), any_value(c.base_ms), count(*) FROM slice_groups g
+            JOIN conn c ON c.trace_index = g.trace_index AND c.group_key = g.group_key""").fetchall()[0]
         if one[2] == 1:  # the common case: the whole slice is one connection
             self._e = f"""(SELECT {one[0]}::BIGINT AS connection_id, {offset} + "row" AS event_index, name, rec,
                                  t_ms, t_ms - {_lit(one[1])} AS time_ms, {epoch} AS epoch_ms FROM slice_events) e"""
         else:
             self._e = f"""(SELECT c.connection_id, {offset} + ev."row" AS event_index, ev.name, ev.rec, ev.t_ms,
                                  ev.t_ms - c.base_ms AS time_ms, {epoch} AS epoch_ms
-                          FROM slice_events ev JOIN conn c ON c.trace_index = {trace_index} AND c.group_key = ev.group_key) e"""
+                          FROM slice_events ev JOIN conn c ON c.trace_index = ev.trace_index
+                                                          AND c.group_key = ev.group_key) e"""
 
         self._parameters(named("parameters_set"))
         self._packets(named("packet_sent"), named(*PACKET_EVENTS), t, named)
@@ -353,7 +376,7 @@ class Normalizer:
                    {_SPACE.format(t='p.packet_type')}, p.packet_number, p.size_bytes,
                    coalesce(p.logged_datagram_id, pk.derived_datagram_id),
                    CASE WHEN p.frame_count > 0 THEN p.eliciting END, p.frame_count
-            FROM slice_packets p JOIN slice_datagrams pk USING (event_index)""")
+            FROM slice_packets p JOIN slice_datagrams pk USING (connection_id, event_index)""")
         self._exec("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
                                last_checksum = l.checksum, last_rx_seq = l.rx_seq,
                                datagrams = conn.datagrams + l.starts,
@@ -391,7 +414,7 @@ class Normalizer:
         else:
             decoded = (f"{value} * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3 "
                        "ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0")
-            tp_join = f"""JOIN slice_datagrams p USING (event_index)
+            tp_join = f"""JOIN slice_datagrams p USING (connection_id, event_index)
                           LEFT JOIN ({_TP_EXPONENT}) tp
                           ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender"""
         with_columns = _in(list(FRAMES_WITH_COLUMNS))
@@ -452,10 +475,14 @@ class Normalizer:
                 JOIN conn c USING (connection_id)""")
         lost = named("packet_lost")
         if lost:
+            # (the packet type computed once: DuckDB plans the nested CASE of the space from
+            # it in ~100 ms when it is spelled out twice)
             self._exec(f"""INSERT INTO lost_packets
-                SELECT connection_id, event_index, time_ms, {_packet_type('d')},
-                       {_SPACE.format(t=_packet_type('d'))}, {_packet_number('d')}, d.trigger
-                FROM (SELECT *, {_data("lost")} AS d FROM {self._e} WHERE name IN {_in(lost)})""")
+                SELECT connection_id, event_index, time_ms, packet_type, {_SPACE.format(t='packet_type')},
+                       packet_number, trigger
+                FROM (SELECT connection_id, event_index, time_ms, {_packet_type('d')} AS packet_type,
+                             {_packet_number('d')} AS packet_number, d.trigger AS trigger
+                      FROM (SELECT *, {_data("lost")} AS d FROM {self._e} WHERE name IN {_in(lost)}))""")
         dropped = named("packet_dropped")
         if dropped:
             self._exec(f"""INSERT INTO dropped_packets
@@ -502,7 +529,7 @@ class Normalizer:
             implementation VARCHAR, odcid VARCHAR, title VARCHAR, time_format VARCHAR,
             reference_epoch_ms DOUBLE, ack_delay_encoding VARCHAR, quirks VARCHAR[],
             server_group_id_is_client_scid BOOLEAN)""")
-        con.executemany("INSERT INTO tr VALUES (?,?,?,?,?,?,?,?,?,?,?)", [
+        insert_rows(con, "tr", [
             (t.trace_index, t.vantage.value, t.flow, t.implementation, t.odcid, t.title, t.time_format,
              t.reference_epoch_ms, t.ack_delay_encoding.value, list(t.quirks), t.server_group_id_is_client_scid)
             for t in self.traces])

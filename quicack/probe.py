@@ -26,8 +26,11 @@ A probe never raises: whatever happens becomes a :class:`ProbeResult` with an ``
 
 CPU per probe (the scan's budget is 4 ms): besides the single key share and the unchecked
 CertificateVerify signature (the chain is not checked either: ``CERT_NONE``), a probe issues no
-spare connection IDs and asks the server for the minimum; :func:`tuned_gc` keeps Python's cyclic
-garbage collector from rescanning the long-lived objects of hundreds of probes in flight.
+spare connection IDs and asks the server for the minimum, starts with RFC 9002's 1 s PTO (no
+ClientHello resent to a server slower than aioquic's 200 ms), breaks its connection's reference
+cycles when it ends (reference counting frees it; the cyclic collector would have to find ~400
+objects), and :func:`tuned_gc` keeps the collector from rescanning the long-lived objects of
+hundreds of probes in flight.
 """
 
 from __future__ import annotations
@@ -57,6 +60,13 @@ CRYPTO_ERROR = 0x100
 TLS_PADDING_EXTENSION = 21
 #: CRYPTO bytes one 1200-byte client Initial datagram carries with aioquic's headers
 CRYPTO_BYTES_PER_INITIAL = 1150
+#: RFC 9002 §6.2.2: "When no previous RTT is available, the initial RTT SHOULD be set to 333
+#: milliseconds.  This results in handshakes starting with a PTO of 1 second".  aioquic's first
+#: PTO is twice its ``initial_rtt`` (default 100 ms: 200 ms, where a server farther or slower
+#: than that gets the ClientHello again before its first answer can arrive, costing both sides
+#: a flight); the scanner starts with the RFC's 1 s PTO instead.
+FIRST_PTO_S = 0.999
+INITIAL_RTT_S = FIRST_PTO_S / 2  # aioquic: PTO before any RTT sample = 2 × initial_rtt
 
 
 OUTCOMES = ("ok", "retry", "timeout", "version_negotiation", "tls_alert", "connection_closed",
@@ -239,7 +249,7 @@ class _KeyLog:
 
 def _configuration(spec: ProbeSpec, keylog: _KeyLog) -> QuicConfiguration:
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
-                               server_name=spec.domain, idle_timeout=10.0)
+                               server_name=spec.domain, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S)
     config.secrets_log_file = keylog
     config.supported_versions = [QuicProtocolVersion.VERSION_1]  # a v1 probe: VN is an outcome
     if spec.keep_qlog:
@@ -352,8 +362,17 @@ class Probe:
 
     def _after_io(self) -> None:
         self._process_events()
-        if not self.done.done():
-            self._transmit()
+        if self.done.done():
+            return
+        self._transmit()
+        quic = self.quic
+        if not self.done.done() and quic._close_event is not None \
+                and quic._state in (QuicConnectionState.CLOSING, QuicConnectionState.DRAINING):
+            # RFC 9000 §10.2: a closed connection stays in the closing or draining state "for at
+            # least three times the current Probe Timeout"; aioquic reports the close only after
+            # it (3 s with a 333 ms initial RTT), but the outcome is known now (and our own
+            # CONNECTION_CLOSE, if any, has just been sent)
+            self._terminated(quic._close_event)
 
     def _transmit(self) -> None:
         quic = self.quic
@@ -511,6 +530,13 @@ class Probe:
         if self.sock is not None:
             self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
+        # Break the finished connection's reference cycles (its frame-handler table, loss
+        # recovery and TLS callbacks hold bound methods of it; H3 holds it): reference counting
+        # then frees a probe's ~400 objects here, instead of the cyclic garbage collector
+        # finding them later (~0.8 ms of CPU per probe with 200 in flight).
+        for part in (self.h3, quic):
+            if part is not None:
+                part.__dict__.clear()
         self.done.set_result(r)
 
 

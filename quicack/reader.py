@@ -24,7 +24,10 @@ The result of staging one slice is the temporary table
 
 with ``t_ms`` in milliseconds (time units, delta times applied), ``name`` the event name as
 logged ('category:event' for array events) and ``rec`` a JSON object whose ``data`` member is the
-event's data (the record itself for object events).  A slice holds events of one trace only.
+event's data (the record itself for object events).  A slice holds events of one trace, or —
+in a JSON document of many small traces, such as a scan's batch of probes — several whole
+traces alike in everything their SQL depends on (:func:`quicack.normalize.slice_key`), one
+after the other: a dozen statements then normalize hundreds of traces instead of one.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import pyarrow as pa
 
 from . import qlog
 from .model import QuicackError, TraceInfo
+from .normalize import slice_key
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
 SLICE_BYTES = 16 << 20
@@ -59,6 +63,10 @@ ARROW_BATCH_ROWS = 1 << 14
 RS = b"\x1e"
 #: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
 MAX_CUT_TRIES = 64
+#: A JSON document up to this size is parsed whole with orjson (a few ms per MB, memory a small
+#: multiple of this) rather than cut by the streaming pass, whose checks cost a DuckDB query or
+#: two per events array (~3 ms per trace: most of the read for a scan's batch of probes).
+WHOLE_JSON_BYTES = 16 << 20
 
 _EVENT_FIELDS = ('{"time": "DOUBLE", "name": "VARCHAR", "category": "VARCHAR", "event": "VARCHAR", '
                  '"type": "VARCHAR", "group_id": "VARCHAR"}')
@@ -71,6 +79,9 @@ class Slice:
     kind: str  # 'lines': one record per line; 'array': a JSON array of events
     done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
     long_lines: bool = False  # a line may exceed LINE_BYTES
+    #: a slice of several whole traces: (trace_index, events) of each, in file order
+    #: (``trace_index`` is then the first of them); empty for a slice of one trace
+    traces: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -159,6 +170,15 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
             return _open_lines(path, name, stream, head, "ndjson", compressed, size)
         if not compressed:
             stream.close()
+            if size <= min(WHOLE_JSON_BYTES, SLICE_BYTES):
+                with open(path, "rb") as f:
+                    data = f.read()
+                try:
+                    doc = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    doc = None  # cut short, or beyond orjson: the streaming pass, then salvage
+                if doc is not None:
+                    return _open_json_whole(name, data, size, doc)
             found = _open_json_streaming(path, name, size, con)
             if found is not None:
                 return found
@@ -466,9 +486,61 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
         raise QuicackError("qlog file holds no events", name, "byte 0")
     source.qlog_version = version
     source.traces = traces
-    source._slices = iter([Slice(with_events[k], tmp, "array", done)
-                           for k, (parts, _) in enumerate(plan) for tmp, done in parts])
+    source._slices = _streamed_slices(source, [(with_events[k], parts) for k, (parts, _) in enumerate(plan)])
     return source
+
+
+def _streamed_slices(source: Source, arrays: list[tuple[int, list]]) -> Iterator[Slice]:
+    """The slices of the cut events arrays, [(trace_index, [(file, end offset, events)])]:
+    consecutive traces of one small slice each share slices (:class:`_Batch`)."""
+    batch = _Batch(source)
+    for index, parts in arrays:
+        key = slice_key(source.traces[index])
+        if len(parts) == 1 and key is not None:
+            tmp, done, n = parts[0]
+            with open(tmp, "rb") as f:
+                body = f.read()[1:-1]  # the elements, without the array's brackets
+            _unlink(tmp)
+            yield from batch.add(index, key, body, n, done)
+            continue
+        yield from batch.flush()
+        for tmp, done, _ in parts:
+            yield Slice(index, tmp, "array", done)
+    yield from batch.flush()
+
+
+class _Batch:
+    """Whole traces gathered into one slice while they share a :func:`slice_key` and fit in
+    SLICE_BYTES; a batch of one trace is an ordinary slice."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.key = None
+        self.members: list[tuple[int, int]] = []
+        self.bodies: list[bytes] = []
+        self.size = 0
+        self.done = 0
+
+    def add(self, index: int, key, body: bytes, events: int, done: int) -> Iterator[Slice]:
+        if self.members and (key != self.key or self.size + len(body) > SLICE_BYTES):
+            yield from self.flush()
+        self.key = key
+        self.members.append((index, events))
+        self.bodies.append(body)
+        self.size += len(body) + 1
+        self.done = max(self.done, done)
+
+    def flush(self) -> Iterator[Slice]:
+        if not self.members:
+            return
+        fd, tmp = self.source._temp(".json")
+        with os.fdopen(fd, "wb") as out:
+            out.write(b"[")
+            out.write(b",".join(self.bodies))
+            out.write(b"]")
+        members = tuple(self.members) if len(self.members) > 1 else ()
+        yield Slice(self.members[0][0], tmp, "array", self.done, traces=members)
+        self.members, self.bodies, self.size, self.done = [], [], 0, 0
 
 
 def _plan_json(source: Source, f, size: int, side) -> tuple[bytes, list]:
@@ -509,7 +581,7 @@ def _search(f, pattern: re.Pattern, pos: int, size: int) -> tuple[int, int] | No
 def _cut_array(source: Source, f, start: int, size: int, side):
     """Cut the events array whose elements begin at ``start`` into checked slices.
 
-    Returns ([(temporary file, end offset)], first event or None, offset of the closing ']').
+    Returns ([(temporary file, end offset, events)], first event or None, offset of the closing ']').
     """
     parts: list[tuple[str, int]] = []
     first = None
@@ -537,7 +609,7 @@ def _cut_array(source: Source, f, start: int, size: int, side):
                 raise _Irregular("no end of the events array")
             cut, tmp, n = found
             if n:
-                parts.append((tmp, cur + cut))
+                parts.append((tmp, cur + cut, n))
                 first = first if first is not None else _first_element(side, tmp)
             else:
                 _unlink(tmp)
@@ -550,8 +622,8 @@ def _cut_array(source: Source, f, start: int, size: int, side):
                 raise _Irregular("no element boundary found")
             want *= 2
             continue
-        cut, tmp, _ = found
-        parts.append((tmp, cur + cut))
+        cut, tmp, n = found
+        parts.append((tmp, cur + cut, n))
         first = first if first is not None else _first_element(side, tmp)
         cur += cut + 1
         want = SLICE_BYTES
@@ -588,10 +660,12 @@ def _first_element(side, tmp: str):
 
 # --- whole JSON documents, parsed at once (fallback) -------------------------------------------
 
-def _open_json_whole(name: str, data: bytes, size: int) -> Source:
+def _open_json_whole(name: str, data: bytes, size: int, doc=None) -> Source:
+    """``doc``: the document, if the caller parsed ``data`` already."""
     warnings: list[str] = []
     try:
-        doc = orjson.loads(data)
+        if doc is None:
+            doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         doc = _salvage(data)
         if doc is None:
@@ -621,15 +695,19 @@ def _open_json_whole(name: str, data: bytes, size: int) -> Source:
 
 
 def _whole_slices(source: Source, trace_docs: list[dict]) -> Iterator[Slice]:
+    batch = _Batch(source)
     for index, trace in enumerate(trace_docs):
         events = trace.get("events") or []
         if not events:
             continue
-        fd, tmp = source._temp(".json")
-        with os.fdopen(fd, "wb") as out:
-            out.write(orjson.dumps(events))
+        body = orjson.dumps(events)[1:-1]
         trace["events"] = None
-        yield Slice(index, tmp, "array", source.size if index == len(trace_docs) - 1 else 0)
+        done = source.size if index == len(trace_docs) - 1 else 0
+        key = slice_key(source.traces[index])
+        yield from batch.add(index, key, body, len(events), done)
+        if key is None:
+            yield from batch.flush()
+    yield from batch.flush()
 
 
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
@@ -770,4 +848,13 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
         if last is not None:
             source._delta_sum[part.trace_index] = last / info.time_scale_ms
     source.events += ev.num_rows
-    return ev.append_column("row", pa.array(range(ev.num_rows), pa.int64()))
+    if not part.traces:
+        ev = ev.append_column("trace_index", pa.repeat(pa.scalar(part.trace_index, pa.int32()), ev.num_rows))
+        return ev.append_column("row", pa.array(range(ev.num_rows), pa.int64()))
+    # Several whole traces, one after the other: each event's trace and its row within it.
+    if sum(n for _, n in part.traces) != ev.num_rows:  # counted in the same bytes: a bug if hit
+        raise QuicackError(f"traces {part.traces[0][0]}–{part.traces[-1][0]}: {ev.num_rows} events staged, "
+                           f"{sum(n for _, n in part.traces)} expected", source.name)
+    trace_column = pa.array([i for i, n in part.traces for _ in range(n)], pa.int32())
+    rows = pa.array([r for _, n in part.traces for r in range(n)], pa.int64())
+    return ev.append_column("trace_index", trace_column).append_column("row", rows)

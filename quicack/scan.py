@@ -1,6 +1,6 @@
 """`quicack scan` as a Python function: targets → probes → qlog files → the store.
 
-Theory of operation, one process (``workers = 1``) or several:
+Theory of operation, one process (``workers = 1``; what ``'auto'`` gives on two cores) or several:
 
     list (streamed) ─► dispatcher ─► executor(s) ─► results ─► writer thread ─► DuckDB
       resolve, exclude,   (asyncio)   probes with          batch qlog file,     probes rows,
@@ -50,12 +50,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
-from . import cidtag, dumpcap, probe, scanstore, targets
+from . import cidtag, dumpcap, probe, targets
 from .model import QuicackError
-from .store import Store
+
+if TYPE_CHECKING:
+    from .store import Store
+
+# The store (DuckDB, Arrow) is imported where it is used, not here: probing processes import
+# this module (their options are a ScanOptions) and need aioquic only (~0.2 s less start-up).
 
 RESUME_CHUNK = 1000
 QLOG_HEADER = b'{"qlog_format":"JSON","qlog_version":"0.3","title":"quicack scan","traces":['
@@ -86,7 +92,8 @@ class ScanOptions:
     exclude_file: str | None = None
     allow_private: bool = False
     shard: tuple[int, int] | None = None
-    workers: int = 1
+    #: probing processes, or 'auto' (:func:`auto_workers`)
+    workers: int | str = "auto"
     pcap: str | None = None
     pcap_interface: str | None = None
     batch_size: int = 200
@@ -163,6 +170,31 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise QuicackError(f"--shard expects K/N with 1 ≤ K ≤ N, got {value!r}") from None
     return k, n
+
+
+def auto_workers() -> int:
+    """``--workers auto``: one probing process per core this process may use, less one for the
+    parent (dispatch, the writer thread, DuckDB) — so on two cores the probes run in the parent
+    itself.  Measured on two shared cores with the servers on the same host (benchmarks/scan.py):
+    one process probes faster and at less CPU per probe than two workers, which add a pickle
+    and a pipe per probe and compete with the servers and the parent."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def worker_count(workers: int | str) -> int:
+    if workers == "auto":
+        return auto_workers()
+    try:
+        count = int(workers)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise QuicackError(f"--workers expects a count ≥ 1 or 'auto', got {workers!r}")
+    return count
 
 
 def in_shard(index: int, shard: tuple[int, int] | None) -> bool:
@@ -365,6 +397,24 @@ async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share
     conn.close()
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """While a worker is spawned, the parent's ``__main__`` looks like an interactive session's,
+    so multiprocessing does not make the child import it: for the ``quicack`` command (or a
+    benchmark script) that is the CLI with DuckDB, polars and rich, ~0.3 s of CPU per worker,
+    while a worker needs this module and aioquic only (``worker_main`` and its arguments
+    live here)."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 class WorkerPool:
     """Child processes running executors; results come back through pipes to the loop."""
 
@@ -384,7 +434,8 @@ class WorkerPool:
             parent, child = ctx.Pipe()
             process = ctx.Process(target=worker_main, args=(child, opts, run_tag, worker, count),
                                   daemon=True, name=f"quicack-scan-{worker}")
-            process.start()
+            with _main_hidden():
+                process.start()
             child.close()
             self.conns.append(parent)
             self.processes.append(process)
@@ -548,6 +599,7 @@ class Writer(threading.Thread):
             if keylog:
                 row["keylog_path"] = str(self.keylog_path)
             rows.append(row)
+        from . import scanstore
         con.execute("BEGIN")
         try:
             scanstore.insert_probes(con, rows)
@@ -606,6 +658,7 @@ def default_out_dir(db: str, run: str, shard: str) -> Path:
 async def _dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
                     write_refused: Callable, writer: Writer, inflight: Callable[[], int],
                     window: int, stop: asyncio.Event, check: Callable[[], None]) -> None:
+    from . import scanstore
     policy = targets.Policy(targets.Exclusions.read(opts.exclude_file) if opts.exclude_file
                             else targets.Exclusions(), opts.allow_private)
     resolver = Resolver(opts)
@@ -707,8 +760,9 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
     pool = None
     executor = None
     window = max(opts.concurrency * 2, 16)
-    if opts.workers > 1:
-        pool = WorkerPool(opts, run_tag, deliver, opts.workers)
+    workers = worker_count(opts.workers)
+    if workers > 1:
+        pool = WorkerPool(opts, run_tag, deliver, workers)
         submit_job = pool.submit
     else:
         executor = Executor(opts, run_tag, deliver)
@@ -755,14 +809,17 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
 def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = None,
          on_start: Callable[[dict], None] | None = None) -> ScanSummary:
     """Run (or resume) a scan; return what happened.  Raises QuicackError for bad input."""
+    from . import scanstore
+    from .store import Store
     quiet_aioquic()
     list_path = Path(opts.list_path)
     total_targets = sum(1 for t in targets.read_list(list_path) if in_shard(t.index, opts.shard))
     list_sha = file_sha256(list_path)
     run_name = opts.run or list_path.stem
     shard = opts.shard_text()
+    worker_count(opts.workers)  # errors before anything is written
     if opts.hosts_file:
-        targets.read_hosts(opts.hosts_file)  # errors before anything is written
+        targets.read_hosts(opts.hosts_file)
     if opts.exclude_file:
         targets.Exclusions.read(opts.exclude_file)
     out_dir = (Path(opts.out_dir) if opts.out_dir else default_out_dir(opts.db, run_name, shard)).resolve()
@@ -807,6 +864,7 @@ def _ingest_pending(store: Store, run_id: int, progress: Progress,
                     on_progress: Callable[[Progress], None] | None) -> list[str]:
     """Ingest every qlog file of the run whose probes are not linked yet (this scan's, or those
     of a scan killed before it got there); return the errors of refused files."""
+    from . import scanstore
     pending = scanstore.unlinked_files(store.con, run_id)
     progress.phase, progress.files_to_ingest, progress.files_ingested = "ingesting", len(pending), 0
     failures = []

@@ -248,7 +248,7 @@ class Store:
                         contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
                     for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
-                        normalizer.add(part.trace_index, events)
+                        normalizer.add(part.trace_index, events, part.traces)
                         report(part.done_bytes)
                         unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
                                                                        is_capture)

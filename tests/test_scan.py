@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from quicack import scan
 from quicack.cli import main
+from quicack.model import QuicackError
 from servers import Servers
 
 LISTENERS = [("wfc", 0), ("wfc", 20), ("iack", 20), ("iack-ping", 20), ("silent", 0),
@@ -208,8 +209,21 @@ def test_scan_and_serve_usage_errors_are_one_line(tmp_path):
     listing.write_text("a.test\n")
     shard = CliRunner().invoke(main, ["scan", str(listing), "--db", db, "--shard", "3/2"])
     assert (shard.exit_code, shard.output) == (1, "error: --shard expects K/N with 1 ≤ K ≤ N, got '3/2'\n")
+    workers = CliRunner().invoke(main, ["scan", str(listing), "--db", db, "--workers", "none"])
+    assert workers.exit_code == 2 and "Invalid value for '--workers' / '-w': expects a count from 1 to 64 " \
+        "or 'auto', got 'none'" in workers.output
     bad = CliRunner().invoke(main, ["serve", "--listen", "127.0.0.1:99999"])
     assert (bad.exit_code, bad.output) == (1, "error: not an address: '127.0.0.1:99999' (expected IP[:PORT])\n")
+
+
+def test_workers_auto_leaves_a_core_to_the_parent(monkeypatch):
+    # two cores (this machine): the probes run in the parent; eight: seven probing processes
+    for cores, expected in ((1, 1), (2, 1), (8, 7)):
+        monkeypatch.setattr(scan.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert scan.worker_count("auto") == expected
+    assert scan.worker_count(3) == 3
+    with pytest.raises(QuicackError, match="--workers expects a count ≥ 1 or 'auto', got 0"):
+        scan.worker_count(0)
 
 
 def test_resuming_a_run_with_another_list_is_refused(tmp_path):
@@ -223,3 +237,32 @@ def test_resuming_a_run_with_another_list_is_refused(tmp_path):
     assert again.exit_code == 1
     assert again.output == ("error: run 'l' exists with other list_sha256; resume it with the same "
                             "list and options, or choose another --run\n")
+
+
+def test_a_finished_probe_leaves_no_cycles_for_the_garbage_collector(servers):
+    # A probe's connection (frame-handler table, loss recovery and TLS callbacks holding bound
+    # methods of it) is ~400 objects in reference cycles; the probe breaks them when it ends, so
+    # reference counting frees them and the cyclic collector has next to nothing to find.
+    import asyncio
+    import gc
+
+    from quicack import cidtag, probe
+
+    async def probes(n: int) -> list[str]:
+        out = []
+        for i in range(n):
+            cid, odcid = cidtag.pair(9, i, 0)
+            result = await probe.run(probe.ProbeSpec(i, 0, "iack20.test", servers.ip(2), servers.port, cid, odcid))
+            out.append(result.outcome)
+        return out
+
+    asyncio.run(probes(1))  # first use: imports, caches
+    gc.collect()
+    gc.disable()
+    try:
+        outcomes = asyncio.run(probes(5))
+        left = gc.collect()
+    finally:
+        gc.enable()
+    assert outcomes == ["ok"] * 5
+    assert left < 5 * 40, left  # ~400 per probe without the breaking

@@ -184,3 +184,16 @@ def test_the_server_counts_ack_delay_from_the_kernel_receive_time(tmp_path):
     ack = next(f for f in received[0]["data"]["frames"] if f["frame_type"] == "ack")
     # the Initial arrived ~60 ms before the blocked loop read it; ACK Delay (exponent 3) says so
     assert 40.0 <= ack["ack_delay"] <= 1000.0
+
+
+def test_the_probe_retransmits_its_clienthello_after_the_rfc_9002_first_pto():
+    # RFC 9002 §6.2.2: an initial RTT of 333 ms, "handshakes starting with a PTO of 1 second"
+    # (333 + 4 × 333/2 ms); aioquic's own default would resend the ClientHello after 200 ms.
+    spec = probe.ProbeSpec(0, 0, "a.test", *SERVER, cid=b"\x01" * 8, odcid=b"\x02" * 8)
+    client = probe.ScanConnection(configuration=probe._configuration(spec, probe._KeyLog()))
+    client.connect(SERVER, now=0.0)
+    assert len(client.datagrams_to_send(0.0)) == 1
+    assert client.get_timer() == pytest.approx(0.999)
+    client.handle_timer(0.999)
+    resent = client.datagrams_to_send(0.999)
+    assert len(resent) >= 1 and len(resent[0][0]) >= 1200  # the Initial again, padded

@@ -209,3 +209,60 @@ def test_a_large_file_hashed_while_staging_is_still_skipped_when_unchanged(tmp_p
         assert again.status == "ingested"
         assert {t: len(v) for t, v in snapshot(store).items()} == {t: len(v) for t, v in before.items()}
         assert rows(store, "SELECT count(*) AS n FROM files") == [{"n": 1}]
+
+
+def _many_traces_doc() -> dict:
+    """Real aioquic client traces (the scanner's and the peers' clients), repeated, with a
+    server trace and a delta-time trace (which never share a slice) in between."""
+    clients = []
+    for path in sorted((DATA / "peers").glob("*/*client*.qlog")):
+        clients += orjson.loads(path.read_bytes())["traces"]
+    server = {"vantage_point": {"type": "server"}, "events": _events(12)}
+    delta = {"vantage_point": {"type": "client"}, "common_fields": {"time_format": "delta", "reference_time": 1e12},
+             "events": [dict(e, time=1.0) for e in _events(6)]}
+    return {"qlog_version": "0.3", "traces": clients * 4 + [server] + clients * 2 + [delta] + clients}
+
+
+def _ingest_counting(path: Path, db: Path, monkeypatch, **patches) -> tuple[dict, list]:
+    staged = []
+    real_stage = reader.stage
+    with monkeypatch.context() as m:
+        for name, value in patches.items():
+            m.setattr(reader, name, value)
+        m.setattr(reader, "stage", lambda con, source, part: staged.append(part) or real_stage(con, source, part))
+        with Store(db) as store:
+            assert store.ingest(path).status == "ingested"
+            return snapshot(store), staged
+
+
+def test_many_small_traces_share_slices_and_give_the_rows_of_one_slice_each(tmp_path, monkeypatch):
+    # A scan's batch file holds hundreds of small client traces; normalizing each in its own
+    # slice costs a dozen statements per trace.  Traces alike (normalize.slice_key) share one
+    # slice instead: the rows must be exactly those of one slice per trace, through the whole
+    # parse and the streaming cut alike.
+    doc = _many_traces_doc()
+    n = len(doc["traces"])
+    path = write_json(tmp_path / "batch.qlog", doc)
+    alone, alone_slices = _ingest_counting(path, tmp_path / "alone.duckdb", monkeypatch, slice_key=lambda t: None)
+    shared, shared_slices = _ingest_counting(path, tmp_path / "shared.duckdb", monkeypatch)
+    streamed, streamed_slices = _ingest_counting(path, tmp_path / "streamed.duckdb", monkeypatch,
+                                                 WHOLE_JSON_BYTES=0)
+    assert len(alone_slices) == n
+    # clients ×4 | server | clients ×2 | delta | clients: five slices
+    for slices in (shared_slices, streamed_slices):
+        assert [len(p.traces) or 1 for p in slices] == [4 * (n - 2) // 7, 1, 2 * (n - 2) // 7, 1, (n - 2) // 7]
+    assert len(alone["connections"]) == n
+    for table in alone:
+        assert shared[table] == alone[table], table
+        assert streamed[table] == alone[table], table
+
+
+def test_traces_sharing_slices_are_cut_at_the_slice_size(tmp_path, monkeypatch):
+    doc = _many_traces_doc()
+    path = write_json(tmp_path / "batch.qlog", doc)
+    alone, _ = _ingest_counting(path, tmp_path / "alone.duckdb", monkeypatch, slice_key=lambda t: None)
+    small, slices = _ingest_counting(path, tmp_path / "small.duckdb", monkeypatch, SLICE_BYTES=60_000,
+                                     WHOLE_JSON_BYTES=1 << 30)
+    assert len(slices) > 5 and max(len(p.traces) for p in slices) > 1
+    assert sum(len(p.traces) or 1 for p in slices) == len(doc["traces"])
+    assert small == alone
