@@ -206,19 +206,14 @@ _VIEWS_SQL = """
     FROM connections c WHERE connection_id >= $first AND vantage IN ('client', 'server', 'network')
 """
 
-_SENT_FROM = """
+_SENT_SQL = """
+    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
+           coalesce(p.ack_eliciting, true), p.event_index
     FROM packets p JOIN rv USING (connection_id)
     WHERE p.connection_id >= $first AND p.sender = rv.me AND p.packet_number IS NOT NULL
           AND p.packet_number_space IS NOT NULL
-"""
-_SENT_SQL = f"""
-    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
-           coalesce(p.ack_eliciting, true), p.event_index
-    {_SENT_FROM}
     ORDER BY p.connection_id, p.packet_number_space, p.packet_number, p.event_index
 """
-#: the runs of _SENT_SQL's rows, one per (connection, space), in its order
-_SENT_RUNS_SQL = f"SELECT p.connection_id, p.packet_number_space, count(*) {_SENT_FROM} GROUP BY ALL ORDER BY 1, 2"
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
@@ -334,8 +329,10 @@ def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
     table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
     columns = [_typed(table.column(i), code) for i, code in zip(range(2, 6), "qdbq")]
     logs: dict[int, dict[str, recovery.SentLog]] = {}
+    # the runs of rows of one (connection, space), in the table's (sorted) order
+    runs = table.select([0, 1]).group_by(table.column_names[:2], use_threads=False).aggregate([([], "count_all")])
     start = 0
-    for cid, space, n in con.execute(_SENT_RUNS_SQL, {"first": first_id}).fetchall():
+    for cid, space, n in zip(*(runs.column(i).to_pylist() for i in range(3))):
         end = start + n
         logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
         start = end
