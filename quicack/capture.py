@@ -170,7 +170,7 @@ class Staging:
             rows = fastpath.split(batch)
             parts = [(rows.datagrams, "INSERT INTO c_dgram SELECT * FROM batch_rows"),
                      (rows.packets, "INSERT INTO c_pkt SELECT * FROM batch_rows"),
-                     (rows.frames, _FAST_FRAME_INSERT), (rows.held, "INSERT INTO c_held SELECT * FROM batch_rows")]
+                     (rows.frames, "INSERT INTO c_frame SELECT * FROM batch_rows"), (rows.held, "INSERT INTO c_held SELECT * FROM batch_rows")]
         else:
             parts = [(batch, f"INSERT INTO c_held SELECT * FROM batch_rows WHERE {_UDP}")]
         for part, insert in parts:
@@ -405,25 +405,6 @@ def _frame_columns(at) -> str:
                          at('quic.cc.error_code.app', 'cc_app'))} AS details,
                {values['range_count']} AS range_count,
                {values['first_range']} AS first_range"""
-
-
-#: The fast path's frame rows (:mod:`quicack.fastpath`) into ``c_frame``, with their ACK ranges
-#: (RFC 9000 §19.3.1): the first range ends at Largest Acknowledged; each further range k lies
-#: Gap_k + 2 below the smallest of the previous one and spans ACK Range Length_k more (lists of
-#: ACK Range Count values here); listed lowest first.
-_FAST_FRAME_INSERT = f"""INSERT INTO c_frame
-    SELECT frame_number, idx, packet_type, position, frame_type, largest, ack_delay_raw,
-           CASE WHEN frame_type = 'ack' THEN list_transform(
-               range(coalesce(range_count, 0), -1, -1),
-               lambda k: CASE WHEN k = 0 THEN [largest - first_range, largest] ELSE
-                   list_transform([largest - first_range - list_sum(list_transform(
-                       range(1, k + 1), lambda j: gaps[j] + 2 + range_lengths[j]))],
-                       lambda low: [low, low + range_lengths[k]])[1] END)
-           END,
-           ecn_ce, offset_bytes, length_bytes, stream_id, fin, sequence_number, ack_eliciting_threshold,
-           request_max_ack_delay_ms,
-           {_details('type_value', 'cc_error_code', 'cc_frame_type', 'cc_app_error_code')}
-    FROM batch_rows"""
 
 
 def _batch_frames(con) -> None:
