@@ -515,3 +515,30 @@ def test_a_capture_ingest_leaves_the_stores_thread_setting_as_it_was(tmp_path):
         assert store.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
         assert store.ingest(bogus).status == "refused"
         assert store.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
+
+
+MAPPING_CASES = [c.path for c in CASES] + [TWO / "cap.pcapng", GSO / "cap.pcapng",
+                                           INTEROP / "zerortt.pcap", INTEROP / "retry.pcap"]
+
+
+@pytest.mark.parametrize("path", MAPPING_CASES, ids=lambda p: p.name)
+def test_connections_worked_out_per_tshark_connection_as_per_datagram(path):
+    """Connections are worked out per tshark connection when tshark numbered every QUIC datagram
+    (its first datagrams, where its hellos came from), else per datagram: both ways give every
+    capture the same connections (ids, keys) and the same connection and sender per datagram."""
+    import duckdb
+
+    from quicack import capture, pcap
+
+    con = duckdb.connect()
+    pcap.stage(con, path)
+    numbered = con.execute("""SELECT count(*) = 0 FROM c_dgram
+                              WHERE packets > 0 AND split_ok AND tshark_connection IS NULL""").fetchall()[0][0]
+    assert capture._assign_by_tshark_connection(con, 7) == numbered
+    outcomes = []
+    for per_tshark_connection in (True, False):
+        capture._assign_connections(con, 7, per_tshark_connection=per_tshark_connection)
+        outcomes.append({t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("ck", "dmap")})
+    con.close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0]["dmap"] and {r[1] for r in outcomes[0]["dmap"]} == {r[2] for r in outcomes[0]["ck"]}
