@@ -115,17 +115,22 @@ IDLE_GENERAL_S = 0.25
 #: Datagrams quicack reads: UDP, not inside an ICMP error.
 _UDP = "udp_srcport IS NOT NULL AND icmp_type IS NULL AND icmpv6_type IS NULL"
 
+#: A datagram with transport parameters (rows of c_tp).
+_TP_ANY = " OR ".join(f"tp_{n} IS NOT NULL" for n in PARAMETER_FIELDS)
+
 def begin(con: duckdb.DuckDBPyConnection) -> None:
     """Create (empty) the temporary tables :class:`Staging` fills."""
     raw = ", ".join(f"{column(f)} VARCHAR" for f in ALL_FIELDS)
     con.execute(f"CREATE OR REPLACE TEMP TABLE c_held ({raw})")
-    params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE c_dgram (
+    con.execute("""CREATE OR REPLACE TEMP TABLE c_dgram (
         frame_number BIGINT, epoch_ns BIGINT, src_ep VARCHAR, dst_ep VARCHAR,
         src_port INTEGER, dst_port INTEGER, udp_payload_bytes INTEGER, tshark_connection INTEGER,
         server_name VARCHAR, packets INTEGER, split_ok BOOLEAN, starts BOOLEAN, has_server_hello BOOLEAN,
         has_client_hello BOOLEAN, has_initial BOOLEAN, gso BOOLEAN, parsed INTEGER, decrypted INTEGER,
-        malformed BOOLEAN, {params})""")
+        malformed BOOLEAN)""")
+    # The few datagrams carrying transport parameters (a ClientHello, EncryptedExtensions).
+    params = ", ".join(f"tp_{n} VARCHAR" for n in PARAMETER_FIELDS)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE c_tp (frame_number BIGINT, {params})")
     con.execute("""CREATE OR REPLACE TEMP TABLE c_pkt (
         frame_number BIGINT, idx BIGINT, packet_type VARCHAR, header_form INTEGER,
         size_bytes INTEGER, version BIGINT, version_text VARCHAR, dcid VARCHAR, packet_number BIGINT,
@@ -169,8 +174,10 @@ class Staging:
             from . import fastpath
             rows = fastpath.split(batch)
             parts = [(rows.datagrams, "INSERT INTO c_dgram SELECT * FROM batch_rows"),
+                     (rows.parameters, "INSERT INTO c_tp SELECT * FROM batch_rows"),
                      (rows.packets, "INSERT INTO c_pkt SELECT * FROM batch_rows"),
-                     (rows.frames, "INSERT INTO c_frame SELECT * FROM batch_rows"), (rows.held, "INSERT INTO c_held SELECT * FROM batch_rows")]
+                     (rows.frames, "INSERT INTO c_frame SELECT * FROM batch_rows"),
+                     (rows.held, "INSERT INTO c_held SELECT * FROM batch_rows")]
         else:
             parts = [(batch, f"INSERT INTO c_held SELECT * FROM batch_rows WHERE {_UDP}")]
         for part, insert in parts:
@@ -482,8 +489,7 @@ def _batch_store(con) -> None:
                coalesce(p.has_initial, false),
                coalesce(d.udp_payload_bytes > {MAX_SINGLE_DATAGRAM_PAYLOAD}
                         AND (p.any_undecrypted OR p.long_packets > p.long_types), false),
-               coalesce(p.parsed, 0), coalesce(p.decrypted, 0), d.malformed,
-               {", ".join(f"d.tp_{n}" for n in PARAMETER_FIELDS)}
+               coalesce(p.parsed, 0), coalesce(p.decrypted, 0), d.malformed
         FROM cd_b d
         LEFT JOIN (SELECT frame_number,
                           bool_or(list_contains(tls_types, '2') OR packet_type IN ('retry', 'version_negotiation'))
@@ -497,6 +503,10 @@ def _batch_store(con) -> None:
                    FROM cp_b GROUP BY frame_number) p USING (frame_number)
         LEFT JOIN (SELECT DISTINCT frame_number, true AS starts FROM cf_b
                    WHERE type_value = 6 AND offset_bytes = 0 AND packet_type = 'initial') c0 USING (frame_number)""")
+
+
+    con.execute(f"""INSERT INTO c_tp SELECT frame_number, {", ".join(f"tp_{n}" for n in PARAMETER_FIELDS)}
+        FROM cd_b WHERE {_TP_ANY}""")
 
 
 def ports_to_force(con: duckdb.DuckDBPyConnection) -> list[int]:
@@ -612,7 +622,8 @@ def _assign_by_tshark_connection(con, first_connection_id: int) -> bool:
              root AS ({_ROOT}),
              c AS (SELECT root.root, tc.* FROM tc JOIN root USING (tshark_connection)),
              conn AS (SELECT root, min(first_frame) AS first_frame,
-                             arg_min(server_ep, server_frame) AS server_ep, arg_min(client_ep, client_frame) AS client_ep,
+                             arg_min(server_ep, server_frame) AS server_ep,
+                             arg_min(client_ep, client_frame) AS client_ep,
                              arg_min(first_initial_ep, initial_frame) AS first_initial_ep
                       FROM c GROUP BY root)
         SELECT c.tshark_connection, conn.root, conn.server_ep, conn.client_ep, conn.first_initial_ep,
@@ -655,7 +666,6 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         FROM pk WHERE {kept} GROUP BY connection_id""")
 
     # Transport parameters: the first ClientHello (client) and EncryptedExtensions (server) seen.
-    tp_any = " OR ".join(f"tp_{n} IS NOT NULL" for n in PARAMETER_FIELDS)
     tp_json = ", ".join(
         f"struct_pack(k := '{n}', v := coalesce(TRY_CAST(tp_{n} AS BIGINT)::JSON, to_json(tp_{n})))"
         for n in PARAMETER_FIELDS)
@@ -670,9 +680,9 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                TRY_CAST(tp_max_idle_timeout AS DOUBLE),
                TRY_CAST(tp_active_connection_id_limit AS BIGINT),
                to_json([map_from_entries(list_filter([{tp_json}], lambda x: x.v IS NOT NULL))])
-        FROM (SELECT d.*, m.connection_id, m.sender,
+        FROM (SELECT d.*, m.connection_id, m.sender, m.epoch_ns,
                      row_number() OVER (PARTITION BY m.connection_id, m.sender ORDER BY d.frame_number) AS nth
-              FROM (SELECT * FROM c_dgram WHERE {tp_any}) d JOIN dmap m USING (frame_number))
+              FROM c_tp d JOIN dmap m USING (frame_number))
         JOIN cstart USING (connection_id)
         WHERE nth = 1""")
 
@@ -754,7 +764,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_held", "c_dgram", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
+    for table in ("c_held", "c_dgram", "c_tp", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
                   "dmap", "cstart", "pk"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 

@@ -3,7 +3,7 @@
 Theory of operation: nearly every datagram of a transfer holds one QUIC packet whose per-frame
 fields (``quicack.pcap.FRAME_FIELDS``: ACK, CRYPTO, STREAM, …) hold one value each, so a field's
 value belongs to the one frame of its family and no list needs cutting.  :func:`split` turns
-such rows of a batch into the rows of ``c_dgram``, ``c_pkt`` and ``c_frame``
+such rows of a batch into the rows of ``c_dgram``, ``c_tp``, ``c_pkt`` and ``c_frame``
 (:mod:`quicack.capture`) with vectorized Arrow compute — a few milliseconds a batch, where the
 SQL of the general path costs DuckDB ~40 ms of planning and set-up a batch whatever its size —
 and hands back the other UDP rows (several QUIC packets, a field repeated, a number that does
@@ -36,6 +36,7 @@ _I32, _I64, _BOOL, _STR = pa.int32(), pa.int64(), pa.bool_(), pa.string()
 @dataclass
 class Rows:
     datagrams: pa.Table  # the columns of c_dgram
+    parameters: pa.Table  # the columns of c_tp: the datagrams with transport parameters
     packets: pa.Table  # the columns of c_pkt
     frames: pa.Table  # the columns of c_frame
     held: pa.Table  # tshark's columns: the UDP rows left to the general path
@@ -187,9 +188,19 @@ def _rows(table: pa.Table) -> Rows:
         "parsed": pc.cast(quic, _I32),
         "decrypted": pc.cast(pc.and_(quic, pc.invert(undecrypted)), _I32),
         "malformed": pc.is_valid(rows["_ws_malformed"]),
-        **{f"tp_{name}": _first(rows[column(f)]) for name, f in PARAMETER_FIELDS.items()},
     }
-    return Rows(pa.table(datagrams), packets, frames, table.slice(0, 0))
+    with_parameters = pc.indices_nonzero(_any_valid([rows[column(f)] for f in PARAMETER_FIELDS.values()]))
+    parameters = pa.table({"frame_number": frame_number.take(with_parameters),
+                           **{f"tp_{name}": _first(rows[column(f)].take(with_parameters))
+                              for name, f in PARAMETER_FIELDS.items()}})
+    return Rows(pa.table(datagrams), parameters, packets, frames, table.slice(0, 0))
+
+
+def _any_valid(arrays: list[pa.Array]) -> pa.Array:
+    out = pc.is_valid(arrays[0])
+    for a in arrays[1:]:
+        out = pc.or_(out, pc.is_valid(a))
+    return out
 
 
 def _ack_ranges(is_ack: pa.Array, largest: pa.Array, first_range: pa.Array, count: pa.Array,

@@ -431,7 +431,7 @@ def test_lua_layout_counts_the_packet_fields():
 # --- the fast path (Arrow) and the general path (DuckDB) of staging --------------------------
 
 def _staged(path: Path, fast: bool) -> dict[str, list[tuple]]:
-    """The temporary rows of one capture (c_dgram, c_pkt, c_frame), staged batch by batch."""
+    """The temporary rows of one capture (c_dgram, c_tp, c_pkt, c_frame), staged batch by batch."""
     import duckdb
 
     from quicack import capture, pcap
@@ -443,7 +443,8 @@ def _staged(path: Path, fast: bool) -> dict[str, list[tuple]]:
             staging.add(pcap._parse(block, []))
         dissection.wait()
         staging.finish()
-    rows = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("c_dgram", "c_pkt", "c_frame")}
+    rows = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+            for t in ("c_dgram", "c_tp", "c_pkt", "c_frame")}
     con.close()
     return rows
 
