@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import recovery
-from .rows import insert as insert_rows
+from .rows import ARROW_TYPES
 from .classify import IACK, IACK_PING, WFC, Close, Handshake, classify
 from .model import Frame, Packet
 
@@ -37,6 +37,7 @@ _HANDSHAKE_COLUMNS = (
 )
 _REPLAY_COLUMNS = ("replay_endpoint", "replay_samples", "first_rtt_sample_ms", "first_pto_ms",
                    "counterfactual_first_pto_ms", "replay_notes")
+_RP_TYPES = tuple(zip(_REPLAY_COLUMNS, ("VARCHAR", "INTEGER", "DOUBLE", "DOUBLE", "DOUBLE", "VARCHAR[]")))
 
 _SAMPLE_FIELDS = ("connection_id", "event_index", "time_ms", "packet_number_space", "largest_acknowledged",
                   "latest_rtt_ms", "ack_delay_ms", "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms",
@@ -46,25 +47,35 @@ _SAMPLE_FIELDS = ("connection_id", "event_index", "time_ms", "packet_number_spac
 
 def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     """Classify and replay every connection with id ≥ ``first_connection_id`` (caller holds the
-    transaction)."""
+    transaction).  Both run in Python; their columns go into ``connections`` with one UPDATE
+    (each statement costs DuckDB milliseconds whatever its rows), then the figures cheaper in SQL."""
     ids = [cid for (cid,) in con.execute(
         "SELECT connection_id FROM connections WHERE connection_id >= ? ORDER BY 1",
         [first_connection_id]).fetchall()]
     if not ids:
         return
     handshakes = {cid: classify(packets, close=closes.get(cid))
-                  for cid, packets, closes in _handshake_inputs(con, first_connection_id)}
-    con.execute("DROP TABLE IF EXISTS hs")
-    con.execute(f"""CREATE TEMP TABLE hs (connection_id BIGINT, {', '.join(
-        f'{c} {t}' for c, t in _hs_types())})""")
-    insert_rows(con, "hs", [(cid, *_handshake_values(h)) for cid, h in handshakes.items()])
-    con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = hs.{col}' for col in _HANDSHAKE_COLUMNS)}
-        FROM hs WHERE c.connection_id = hs.connection_id""")
+                  for cid, packets, closes in _handshake_inputs(con, first_connection_id, ids)}
+    replayed = {row[0]: row[1:] for row in _replay_all(con, first_connection_id, handshakes)}
+    _update_connections(con, handshakes, replayed)
     _fill_sql_figures(con, first_connection_id)
     _distrust_gso_captures(con, first_connection_id)
 
-    _update_replay_columns(con, _replay_all(con, first_connection_id, handshakes))
-    con.execute("DROP TABLE IF EXISTS hs")
+
+def _update_connections(con, handshakes: dict[int, Handshake], replayed: dict[int, tuple]) -> None:
+    """Each connection's handshake columns and replay columns (NULL if not replayed), from one
+    Arrow table in one UPDATE."""
+    columns = [("connection_id", "BIGINT"), *_hs_types(), *_RP_TYPES]
+    unreplayed = (None,) * len(_REPLAY_COLUMNS)
+    rows = [(cid, *_handshake_values(h), *replayed.get(cid, unreplayed)) for cid, h in handshakes.items()]
+    table = pa.table({name: pa.array([row[i] for row in rows], type=ARROW_TYPES[kind])
+                      for i, (name, kind) in enumerate(columns)})
+    con.register("quicack_analysis", table)
+    try:
+        con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = a.{col}' for col, _ in columns[1:])}
+            FROM quicack_analysis a WHERE c.connection_id = a.connection_id""")
+    finally:
+        con.unregister("quicack_analysis")
 
 
 # --- handshake classification -------------------------------------------------------------------
@@ -85,7 +96,9 @@ def _handshake_values(h: Handshake) -> tuple:
             h.handshake_complete_ms)
 
 
-def _handshake_inputs(con, first_id: int) -> Iterator[tuple[int, list[Packet], dict]]:
+def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int, list[Packet], dict]]:
+    """Per connection (``ids``: all of them, ascending): its first HANDSHAKE_WINDOW packets with
+    their frames, and the first CONNECTION_CLOSE of every connection."""
     closes = {cid: Close(t, sender, code) for cid, t, sender, code in con.execute("""
         SELECT f.connection_id, arg_min(p.time_ms, p.event_index), arg_min(p.sender, p.event_index),
                arg_min(coalesce(f.details->>'error_code', f.details->>'raw_error_code',
@@ -117,10 +130,10 @@ def _handshake_inputs(con, first_id: int) -> Iterator[tuple[int, list[Packet], d
     if current is not None:
         yield current, packets, closes
     # connections without any packet still get a class
-    for (cid,) in con.execute("""SELECT connection_id FROM connections c WHERE connection_id >= ?
-            AND NOT EXISTS (SELECT 1 FROM packets p WHERE p.connection_id = c.connection_id)""",
-                              [first_id]).fetchall():
-        yield cid, [], closes
+    seen = {row[0] for row in rows}
+    for cid in ids:
+        if cid not in seen:
+            yield cid, [], closes
 
 
 def _frame(f: dict | tuple) -> Frame:
@@ -141,41 +154,37 @@ def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
 def _fill_sql_figures(con, first_id: int) -> None:
     """Figures cheaper in SQL: HANDSHAKE_DONE, first response byte, server transport parameters,
     the exponent the first ACK delay was decoded with."""
+    # HANDSHAKE_DONE and the first response byte relative to the client's first Initial, as the
+    # classifier's figures are (NULL without it).  RFC 9000 §19.3 / KNOWLEDGE §2: an ACK Delay
+    # field we decoded ourselves (the producer logged the raw field) in an Initial packet used
+    # the default exponent 3: the sender's transport parameters are not known yet.
     con.execute("""UPDATE connections c SET
-            handshake_done_ms = x.done_ms, first_response_byte_ms = x.response_ms
-        FROM (SELECT p.connection_id,
-                     min(p.time_ms) FILTER (WHERE f.frame_type = 'handshake_done') AS done_ms,
-                     min(p.time_ms) FILTER (WHERE f.frame_type = 'stream' AND p.sender = 'server'
-                                            AND f.stream_id % 4 = 0 AND coalesce(f.length_bytes, 1) > 0)
-                         AS response_ms
-              FROM packets p JOIN frames f USING (connection_id, event_index)
-              WHERE p.connection_id >= ? AND f.frame_type IN ('handshake_done', 'stream')
-              GROUP BY p.connection_id) x
-        WHERE c.connection_id = x.connection_id""", [first_id])
-    # Relative to the client's first Initial, as the classifier's figures are.
-    con.execute("""UPDATE connections c SET
-            handshake_done_ms = c.handshake_done_ms - t0.t, first_response_byte_ms = c.first_response_byte_ms - t0.t
-        FROM (SELECT connection_id, min(time_ms) AS t FROM packets
-              WHERE connection_id >= ? AND sender = 'client' AND packet_type = 'initial'
-              GROUP BY connection_id) t0
-        WHERE c.connection_id = t0.connection_id""", [first_id])
-    con.execute("""UPDATE connections c SET handshake_done_ms = NULL, first_response_byte_ms = NULL
-        WHERE c.connection_id >= ? AND NOT EXISTS (SELECT 1 FROM packets p WHERE p.connection_id = c.connection_id
-              AND p.sender = 'client' AND p.packet_type = 'initial')""", [first_id])
+            handshake_done_ms = x.done_ms - t0.t, first_response_byte_ms = x.response_ms - t0.t,
+            first_ack_delay_exponent = CASE WHEN a.raw_delay THEN 3 ELSE c.first_ack_delay_exponent END
+        FROM (SELECT connection_id FROM connections WHERE connection_id >= $first) ids
+        LEFT JOIN (SELECT p.connection_id,
+                          min(p.time_ms) FILTER (WHERE f.frame_type = 'handshake_done') AS done_ms,
+                          min(p.time_ms) FILTER (WHERE f.frame_type = 'stream' AND p.sender = 'server'
+                                                 AND f.stream_id % 4 = 0 AND coalesce(f.length_bytes, 1) > 0)
+                              AS response_ms
+                   FROM packets p JOIN frames f USING (connection_id, event_index)
+                   WHERE p.connection_id >= $first AND f.frame_type IN ('handshake_done', 'stream')
+                   GROUP BY p.connection_id) x USING (connection_id)
+        LEFT JOIN (SELECT connection_id, min(time_ms) AS t FROM packets
+                   WHERE connection_id >= $first AND sender = 'client' AND packet_type = 'initial'
+                   GROUP BY connection_id) t0 USING (connection_id)
+        LEFT JOIN (SELECT DISTINCT f.connection_id, true AS raw_delay
+                   FROM frames f JOIN connections k
+                     ON f.connection_id = k.connection_id AND f.event_index = k.first_ack_event_index
+                   WHERE k.connection_id >= $first AND f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL) a
+          USING (connection_id)
+        WHERE c.connection_id = ids.connection_id""", {"first": first_id})
     con.execute("""UPDATE connections c SET
             server_max_ack_delay_ms = tp.max_ack_delay_ms, server_ack_delay_exponent = tp.ack_delay_exponent,
             server_min_ack_delay_ms = tp.min_ack_delay_ms,
             ack_frequency_supported = tp.min_ack_delay_ms IS NOT NULL
         FROM transport_parameters tp
         WHERE c.connection_id >= ? AND tp.connection_id = c.connection_id AND tp.endpoint = 'server'""",
-                [first_id])
-    # RFC 9000 §19.3 / KNOWLEDGE §2: an ACK Delay field we decoded ourselves (the producer logged
-    # the raw field) in an Initial packet used the default exponent 3: the sender's transport
-    # parameters are not known yet.
-    con.execute("""UPDATE connections c SET first_ack_delay_exponent = 3
-        FROM frames f
-        WHERE c.connection_id >= ? AND f.connection_id = c.connection_id
-          AND f.event_index = c.first_ack_event_index AND f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL""",
                 [first_id])
 
 
@@ -518,18 +527,6 @@ def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Han
         counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
     return (cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
             result.first_pto_ms, counterfactual, notes)
-
-
-def _update_replay_columns(con, rows: list[tuple]) -> None:
-    if not rows:
-        return
-    con.execute("DROP TABLE IF EXISTS rp")
-    con.execute("""CREATE TEMP TABLE rp (connection_id BIGINT, replay_endpoint VARCHAR, replay_samples INTEGER,
-        first_rtt_sample_ms DOUBLE, first_pto_ms DOUBLE, counterfactual_first_pto_ms DOUBLE, replay_notes VARCHAR[])""")
-    insert_rows(con, "rp", rows)
-    con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = rp.{col}' for col in _REPLAY_COLUMNS)}
-        FROM rp WHERE c.connection_id = rp.connection_id""")
-    con.execute("DROP TABLE rp")
 
 
 def counterfactual_first_pto_ms(h: Handshake, first: recovery.Sample, later_min_rtt_ms: float) -> float | None:

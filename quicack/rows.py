@@ -11,7 +11,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-_ARROW_TYPES = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
+#: DuckDB column types → Arrow types.
+ARROW_TYPES = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
                 "BOOLEAN": pa.bool_(), "VARCHAR[]": pa.list_(pa.string())}
 
 
@@ -20,7 +21,7 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> Non
     if not rows:
         return
     columns = [(name, kind) for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()]
-    arrow = pa.table({name: pa.array([row[i] for row in rows], type=_ARROW_TYPES[kind])
+    arrow = pa.table({name: pa.array([row[i] for row in rows], type=ARROW_TYPES[kind])
                       for i, (name, kind) in enumerate(columns)})
     con.register("quicack_rows", arrow)
     try:
