@@ -120,7 +120,7 @@ def bench_probes(args) -> None:
                             concurrency=args.concurrency, rate=0, per_address=args.concurrency,
                             workers=args.workers, allow_private=True, resolve=resolve,
                             first_response_timeout_s=5, handshake_timeout_s=10,
-                            response_timeout_s=10, batch_size=500)
+                            response_timeout_s=10)
     pcap = tmp / "scan.pcapng"
     with serve.Child(config):
         cap = dumpcap.start(pcap, {port}, "lo")
