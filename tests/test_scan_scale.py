@@ -78,7 +78,7 @@ def test_kill_9_then_rerun_leaves_exactly_one_row_per_target_and_repetition(tmp_
 def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, servers):
     listing, resolve = write_list(tmp_path, servers, 30)
     db = tmp_path / "i.duckdb"
-    command = quicack("scan", str(listing), "--db", str(db), "-n", "1", "--rate", "8",
+    command = quicack("scan", str(listing), "--db", str(db), "-n", "1", "--rate", "4",
                       "--allow-private", "-q", *resolve)
     process = subprocess.Popen(command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
