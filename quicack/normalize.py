@@ -541,11 +541,16 @@ class Normalizer:
         if shifted:
             for table in ("packets", "logged_metrics", "lost_packets", "dropped_packets", "timers", "other_events"):
                 con.execute(f"""UPDATE {table} SET time_ms = time_ms + (c.base_ms - c.first_ms)
-                    FROM conn c WHERE {table}.connection_id = c.connection_id AND c.first_ms < c.base_ms""")
+                    FROM conn c WHERE {table}.connection_id >= {self.first_connection_id}
+                      AND {table}.connection_id = c.connection_id AND c.first_ms < c.base_ms""")
 
-        con.execute("""UPDATE logged_metrics SET latest_rtt_ms = NULL, min_rtt_ms = NULL FROM conn c
-            WHERE logged_metrics.connection_id = c.connection_id AND logged_metrics.event_index < c.first_sent
-              AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
+        # RTT values logged before a connection's first packet_sent found only in a later slice
+        # (one slice: _events saw it already).
+        if any(n > 1 for n in self.slices.values()):
+            con.execute(f"""UPDATE logged_metrics SET latest_rtt_ms = NULL, min_rtt_ms = NULL FROM conn c
+                WHERE logged_metrics.connection_id >= {self.first_connection_id}
+                  AND logged_metrics.connection_id = c.connection_id AND logged_metrics.event_index < c.first_sent
+                  AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
 
         con.execute(f"""INSERT INTO transport_parameters
             SELECT tp.connection_id, owner,
@@ -576,7 +581,8 @@ class Normalizer:
                       JOIN tr ON tr.trace_index = c.trace_index AND tr.ack_delay_encoding = 'raw'
                       LEFT JOIN ({_TP_EXPONENT}) tp ON tp.connection_id = f.connection_id AND tp.endpoint = p.sender
                       WHERE f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL) x
-                WHERE frames.connection_id = x.connection_id AND frames.event_index = x.event_index
+                WHERE frames.connection_id >= {self.first_connection_id}
+                  AND frames.connection_id = x.connection_id AND frames.event_index = x.event_index
                   AND frames.position = x.position
                   AND frames.ack_delay_ms IS DISTINCT FROM frames.ack_delay_raw * pow(2, x.exponent) / 1000.0""")
 
