@@ -133,6 +133,8 @@ class Progress:
     #: with worker processes: CPU seconds they spent probing, and starting up
     worker_cpu_s: float = 0.0
     worker_startup_cpu_s: float = 0.0
+    #: probing CPU of each worker process (with workers > 1)
+    worker_cpu_s_each: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
 
@@ -433,6 +435,7 @@ class WorkerPool:
         self.open = count
         self.probing_cpu_s = 0.0  # CPU the workers spent probing (their start-up excluded)
         self.startup_cpu_s = 0.0
+        self.cpu_s_each = [0.0] * count  # the same, per worker
         for worker in range(count):
             parent, child = ctx.Pipe()
             process = ctx.Process(target=worker_main, args=(child, opts, run_tag, worker, count),
@@ -451,6 +454,7 @@ class WorkerPool:
                 kind, row, trace_json, keylog = conn.recv()
                 if kind == "finished":
                     self.probing_cpu_s += trace_json
+                    self.cpu_s_each[worker] = trace_json
                     self.startup_cpu_s += keylog
                     self._closed(worker, finished=True)
                     return
@@ -792,6 +796,7 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
         if pool is not None:
             await pool.drain()
             progress.worker_cpu_s = pool.probing_cpu_s
+            progress.worker_cpu_s_each = list(pool.cpu_s_each)
             progress.worker_startup_cpu_s = pool.startup_cpu_s
         else:
             await executor.drain()
