@@ -100,7 +100,7 @@ class ScanOptions:
     #: probe, so larger files amortize it; a batch also goes out once its first probe is
     #: ``batch_age_s`` old (a scan killed with SIGKILL probes the unwritten ones again)
     batch_size: int = 1000
-    batch_age_s: float = 5.0
+    batch_age_s: float = 10.0
     #: ingest each batch's qlog file while probing (probes join connections as the scan goes);
     #: by default the files are ingested once probing ends, so that ingest (classification and
     #: replay included) does not take CPU from the probes and bend their timing
