@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import recovery
 from .rows import insert as insert_rows
@@ -348,14 +349,25 @@ def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
     table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
     columns = [_typed(table.column(i), code) for i, code in zip(range(2, 6), "qdbq")]
     logs: dict[int, dict[str, recovery.SentLog]] = {}
-    # the runs of rows of one (connection, space), in the table's (sorted) order
-    runs = table.select([0, 1]).group_by(table.column_names[:2], use_threads=False).aggregate([([], "count_all")])
-    start = 0
-    for cid, space, n in zip(*(runs.column(i).to_pylist() for i in range(3))):
-        end = start + n
+    for cid, space, start, end in _runs(table.column(0), table.column(1)):
         logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
-        start = end
     return logs
+
+
+def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
+    """The runs of equal (non-null) keys of sorted columns: (key values…, start, end) each.
+    Where a key changes, by Arrow compute (``Table.group_by`` would load pyarrow's dataset
+    modules, ~35 ms of imports)."""
+    n = len(keys[0])
+    if not n:
+        return []
+    arrays = [k.combine_chunks() for k in keys]
+    change = pc.not_equal(arrays[0].slice(1), arrays[0].slice(0, n - 1))
+    for a in arrays[1:]:
+        change = pc.or_(change, pc.not_equal(a.slice(1), a.slice(0, n - 1)))
+    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
+    values = [a.take(pa.array(starts, pa.int64())).to_pylist() for a in arrays]
+    return [(*key, start, end) for *key, start, end in zip(*values, starts, starts[1:] + [n])]
 
 
 def _typed(column: pa.ChunkedArray, code: str) -> array:
