@@ -305,6 +305,25 @@ class SentLog:
             else:
                 i = self._alive(i + 1)  # logged after the ACK: not acknowledged by it
 
+    def take_ranges(self, ranges, before: int) -> tuple[bool, bool]:
+        """:meth:`take_range` over every range at once: (any packet newly acknowledged, any of
+        them ack-eliciting) — the loop of an ACK, inlined (it runs for every packet acknowledged)."""
+        numbers, sent_at, nxt, eliciting = self.numbers, self.sent_at, self._next, self.eliciting
+        newly_any = newly_eliciting = False
+        for low, high in ranges:
+            i = self._alive(bisect_left(numbers, low))
+            end = bisect_right(numbers, high)
+            while i < end:
+                if sent_at[i] < before:
+                    nxt[i] = i + 1
+                    newly_any = True
+                    if eliciting[i]:
+                        newly_eliciting = True
+                j = i + 1
+                # _alive(j), with its common case (j itself still in flight) first
+                i = j if nxt[j] == j else self._alive(j)
+        return newly_any, newly_eliciting
+
     def remove(self, pn: int, before: int) -> None:
         i = self.position(pn, before)
         if i is not None:
@@ -402,13 +421,7 @@ def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: R
     known, largest_at = log.lookup(largest, at)
     if not known:
         result.acks_of_unknown_packets += 1
-    newly_any = newly_eliciting = False
-    eliciting = log.eliciting
-    for low, high in ranges:
-        for i in log.take_range(low, high, at):
-            newly_any = True
-            if eliciting[i]:
-                newly_eliciting = True
+    newly_any, newly_eliciting = log.take_ranges(ranges, at)
     # §5.1: "An endpoint generates an RTT sample on receiving an ACK frame that meets the
     # following two conditions: the largest acknowledged packet number is newly acknowledged,
     # and at least one of the newly acknowledged packets was ack-eliciting."
