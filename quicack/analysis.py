@@ -297,11 +297,14 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
     rows, batches = [], []
     columns = _SampleColumns()
     for cid, me, pto_observable in views:
-        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
-                                 sent=sent.pop(cid, {}))
         # Samples leave Python objects for Arrow batches of about SAMPLE_BATCH rows (of one or
-        # many connections: a batch per connection costs ~0.3 ms each in pyarrow).
-        batches += columns.add(cid, result.samples)
+        # many connections: a batch per connection costs ~0.3 ms each in pyarrow), a long
+        # connection's while it is replayed.
+        def sink(samples: list[recovery.Sample], cid: int = cid) -> None:
+            batches.extend(columns.add(cid, samples))
+        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
+                                 sent=sent.pop(cid, {}), sink=sink)
+        sink(result.samples)
         rows.append(_replay_row(cid, me, result, handshakes.get(cid)))
     if columns.rows:
         batches.append(columns.batch())
@@ -550,8 +553,8 @@ def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Han
     first = result.samples[0] if result.samples else None
     counterfactual = None
     if first is not None and handshake is not None and endpoint == "client":
-        counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
-    return (cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
+        counterfactual = counterfactual_first_pto_ms(handshake, first, result.lowest_min_rtt_ms)
+    return (cid, endpoint, result.sample_count, first.latest_rtt_ms if first else None,
             result.first_pto_ms, counterfactual, notes)
 
 
