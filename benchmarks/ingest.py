@@ -6,7 +6,7 @@ of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-
 and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT samples), then ingests each into a fresh store in a child process and reports wall time
 (whatever analysis `quicack analyze` runs included) and that process's peak RSS.
 
-    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 150] [--runs 2] [--workdir DIR]
+    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 300] [--runs 2] [--workdir DIR]
 
 Each file is ingested --runs times (a fresh store each time); every run is printed, then the best.
 The machine is shared: compare the best runs, and rerun when another job was busy (CPU seconds,
@@ -124,7 +124,7 @@ def measure(path: Path, workdir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-mb", type=float, default=300)
-    parser.add_argument("--json-mb", type=float, default=150)
+    parser.add_argument("--json-mb", type=float, default=300)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
