@@ -356,17 +356,34 @@ class _SampleColumns:
 
 def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
     """Every replayed endpoint's sent packets as columns, per connection and space: typed arrays
-    copied from Arrow buffers (no Python object per packet)."""
-    table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
-    # (each run a zero-copy view of the columns: slices of the arrays would copy a long
-    # connection's million packets once more)
-    columns = [memoryview(_typed(table.column(i), code)) for i, code in zip(range(2, 6), "qdbq")]
-    logs: dict[int, dict[str, recovery.SentLog]] = {}
-    for cid, space, start, end in _runs(table.column(0), table.column(1)):
-        logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
-    del table
+    copied from Arrow buffers (no Python object per packet), a record batch at a time (a long
+    connection's half million packets are never held as an Arrow table beside the arrays)."""
+    arrays = [array(code) for code in "qdbq"]
+    runs: list[list] = []  # [cid, space, start, end] in row order, merged across batches
+    rows = 0
+    for batch in con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_reader(SENT_BATCH_ROWS):
+        if not batch.num_rows:
+            continue
+        for out, i, code in zip(arrays, range(2, 6), "qdbq"):
+            _typed(batch.column(i), code, out)
+        for cid, space, start, end in _runs(batch.column(0), batch.column(1)):
+            if runs and runs[-1][0] == cid and runs[-1][1] == space:
+                runs[-1][3] = rows + end
+            else:
+                runs.append([cid, space, rows + start, rows + end])
+        rows += batch.num_rows
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
+    # (each run a zero-copy view of the columns: slices of the arrays would copy a long
+    # connection's packets once more)
+    columns = [memoryview(a) for a in arrays]
+    logs: dict[int, dict[str, recovery.SentLog]] = {}
+    for cid, space, start, end in runs:
+        logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
     return logs
+
+
+#: rows of sent packets fetched at a time
+SENT_BATCH_ROWS = 65536
 
 
 def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
@@ -376,7 +393,7 @@ def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
     n = len(keys[0])
     if not n:
         return []
-    arrays = [k.combine_chunks() for k in keys]
+    arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
     change = pc.not_equal(arrays[0].slice(1), arrays[0].slice(0, n - 1))
     for a in arrays[1:]:
         change = pc.or_(change, pc.not_equal(a.slice(1), a.slice(0, n - 1)))
@@ -385,12 +402,13 @@ def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
     return [(*key, start, end) for *key, start, end in zip(*values, starts, starts[1:] + [n])]
 
 
-def _typed(column: pa.ChunkedArray, code: str) -> array:
+def _typed(column: pa.ChunkedArray | pa.Array, code: str, out: array | None = None) -> array:
     """A non-null Arrow column as an ``array.array`` of type ``code`` ('q' int64, 'd' float64,
-    'b' int8 for booleans), copied from its buffers."""
+    'b' int8 for booleans), copied from its buffers (appended to ``out`` if given)."""
     arrow_type = {"q": pa.int64(), "d": pa.float64(), "b": pa.int8()}[code]
-    out = array(code)
-    for chunk in column.cast(arrow_type).chunks:
+    out = array(code) if out is None else out
+    cast = column.cast(arrow_type)
+    for chunk in cast.chunks if isinstance(cast, pa.ChunkedArray) else (cast,):
         width = out.itemsize
         data = chunk.buffers()[1]
         out.frombytes(memoryview(data)[chunk.offset * width:(chunk.offset + len(chunk)) * width])
