@@ -3,10 +3,10 @@
 Not a test: it prints figures.  It builds, from one long real connection (the aioquic server trace
 of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-SEQ file of at least
 --seq-mb MB and a JSON file of --json-mb MB by repeating the connection's events with shifted times
-and packet numbers, then ingests each into a fresh store in a child process and reports wall time
+and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT samples), then ingests each into a fresh store in a child process and reports wall time
 (whatever analysis `quicack analyze` runs included) and that process's peak RSS.
 
-    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 150] [--runs 2] [--workdir DIR]
+    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 300] [--runs 2] [--workdir DIR]
 
 Each file is ingested --runs times (a fresh store each time); every run is printed, then the best.
 The machine is shared: compare the best runs, and rerun when another job was busy (CPU seconds,
@@ -56,12 +56,22 @@ def _connection() -> tuple[list[dict], float, int]:
     return events, events[-1]["time"] + 1.0, max(pns) + 1
 
 
+def _shifted_frame(frame: dict, shift: int) -> dict:
+    """An ACK frame acknowledging the copies' packet numbers (so that every repetition yields RTT
+    samples, as a real long transfer does, and the replay has them to work on)."""
+    if frame.get("frame_type") != "ack" or not frame.get("acked_ranges"):
+        return frame
+    return dict(frame, acked_ranges=[[str(int(x) + shift) for x in r] for r in frame["acked_ranges"]])
+
+
 def _repeated(events, period_ms, pn_step, k):
     for e in events:
         data = e["data"]
         header = data.get("header") if isinstance(data, dict) else None
         if header and "packet_number" in header:
             data = dict(data, header=dict(header, packet_number=int(header["packet_number"]) + k * pn_step))
+            if k and data.get("frames"):
+                data["frames"] = [_shifted_frame(f, k * pn_step) for f in data["frames"]]
         yield {"time": e["time"] + k * period_ms, "name": e["name"], "data": data}
 
 
@@ -114,7 +124,7 @@ def measure(path: Path, workdir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-mb", type=float, default=300)
-    parser.add_argument("--json-mb", type=float, default=150)
+    parser.add_argument("--json-mb", type=float, default=300)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()

@@ -120,7 +120,7 @@ def bench_probes(args) -> None:
                             concurrency=args.concurrency, rate=0, per_address=args.concurrency,
                             workers=args.workers, allow_private=True, resolve=resolve,
                             first_response_timeout_s=5, handshake_timeout_s=10,
-                            response_timeout_s=10, batch_size=500)
+                            response_timeout_s=10)
     pcap = tmp / "scan.pcapng"
     with serve.Child(config):
         cap = dumpcap.start(pcap, {port}, "lo")
@@ -183,6 +183,14 @@ def bench_probes(args) -> None:
           f"path — normalize, classify, replay — and linked to their probes)")
     print(f"  total    {(probing + storing + ingest) * ms:5.2f} ms  (+ start-up {startup * ms:.2f} ms: "
           f"probing processes' interpreters, tshark -v)")
+    if workers > 1:
+        per_worker = dict(con.execute("SELECT worker, count(*) FROM probes GROUP BY 1").fetchall())
+        print("probing processes (the scan spread over them; the parent dispatches, writes and ingests):")
+        for w, cpu in enumerate(p.worker_cpu_s_each):
+            share = per_worker.get(w, 0)
+            print(f"  worker {w}: {share} probes, {cpu:.2f} CPU-s"
+                  f"{f' ({cpu / share * 1000:.2f} ms a probe)' if share else ''}")
+        print(f"  parent:   {parent_probing_cpu:.2f} CPU-s while probing, {ingest * n:.2f} CPU-s ingesting after")
     print(f"gap error |scanner − capture| ms: {quantiles(errors)}  (target p99 ≤ 0.2)")
     print(f"gap error |qlog in store − capture| ms: {quantiles(qlog_errors)}")
     print(f"event-loop lag (kernel receive → processing) ms: {quantiles(lags)}")

@@ -14,6 +14,7 @@ the client host, as scanners and browsers' captures are.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from collections.abc import Iterator
 
@@ -94,8 +95,12 @@ def _handshake_values(h: Handshake) -> tuple:
 
 
 def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int, list[Packet], dict]]:
-    """Per connection (``ids``: all of them, ascending): its first HANDSHAKE_WINDOW packets with
-    their frames, and the first CONNECTION_CLOSE of every connection."""
+    """Per new connection (``ids``: all of them, ascending): its first :data:`HANDSHAKE_WINDOW`
+    packets with their frames, in trace order, and the first CONNECTION_CLOSE of every connection.
+
+    Packets and frames come as two flat Arrow tables sorted alike and are merged here: a
+    per-packet ``list(struct)`` aggregate in SQL and its conversion to Python dicts cost three
+    times as much (a scan's batch of 1000 short connections: ~0.25 s)."""
     closes = {cid: Close(t, sender, code) for cid, t, sender, code in con.execute("""
         SELECT f.connection_id, arg_min(p.time_ms, p.event_index), arg_min(p.sender, p.event_index),
                arg_min(coalesce(f.details->>'error_code', f.details->>'raw_error_code',
@@ -103,39 +108,52 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
         FROM frames f JOIN packets p USING (connection_id, event_index)
         WHERE f.connection_id >= ? AND f.frame_type = 'connection_close'
         GROUP BY f.connection_id""", [first_id]).fetchall()}
-    rows = con.execute(f"""
-        WITH w AS (
-            SELECT * FROM packets WHERE connection_id >= ?
-            QUALIFY row_number() OVER (PARTITION BY connection_id ORDER BY event_index) <= {HANDSHAKE_WINDOW})
-        SELECT w.connection_id, w.event_index, w.time_ms, w.direction, w.sender, w.packet_type,
-               w.packet_number, w.size_bytes, w.datagram_id,
-               list((f.frame_type, f.ack_delay_ms, f.largest_acknowledged, f.acked_ranges, f.offset_bytes,
-                     f.length_bytes, f.stream_id,
-                     coalesce(f.details->>'error_code', f.details->>'raw_error_code'))
-                    ORDER BY f.position) FILTER (WHERE f.frame_type IS NOT NULL)
-        FROM w LEFT JOIN frames f USING (connection_id, event_index)
-        GROUP BY ALL ORDER BY w.connection_id, w.event_index""", [first_id]).fetchall()
-    current, packets = None, []
-    for row in rows:
-        cid = row[0]
+    first = int(first_id)
+    window = f"""SELECT connection_id, event_index, time_ms, direction, sender, packet_type, packet_number,
+                        size_bytes, datagram_id
+                 FROM packets WHERE connection_id >= {first}
+                 QUALIFY row_number() OVER (PARTITION BY connection_id ORDER BY event_index) <= {HANDSHAKE_WINDOW}"""
+    packets = con.sql(f"{window} ORDER BY connection_id, event_index").to_arrow_table()
+    frames = con.sql(f"""
+        SELECT f.connection_id, f.event_index, f.frame_type, f.ack_delay_ms, f.largest_acknowledged,
+               f.acked_ranges, f.offset_bytes, f.length_bytes, f.stream_id,
+               CASE WHEN f.details IS NOT NULL
+                    THEN coalesce(f.details->>'error_code', f.details->>'raw_error_code') END
+        FROM frames f JOIN (SELECT connection_id, max(event_index) AS last FROM ({window}) GROUP BY ALL) w
+             ON f.connection_id = w.connection_id AND f.event_index <= w.last
+        ORDER BY f.connection_id, f.event_index, f.position""").to_arrow_table()
+    f_cid, f_event, *f_values = (c.to_pylist() for c in frames.columns)
+    frame_rows = list(zip(*f_values))
+    k, n_frames = 0, len(frame_rows)
+    current, out = None, []
+    for cid, event, t, direction, sender, ptype, pn, size, datagram in zip(
+            *(c.to_pylist() for c in packets.columns)):
         if cid != current:
             if current is not None:
-                yield current, packets, closes
-            current, packets = cid, []
-        frames = tuple(_frame(f) for f in row[9] or ())
-        packets.append(Packet(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], frames))
+                yield current, out, closes
+            current, out = cid, []
+        # frames of packets before this one in the same order (none expected) are skipped
+        while k < n_frames and (f_cid[k], f_event[k]) < (cid, event):
+            k += 1
+        j = k
+        while j < n_frames and f_event[j] == event and f_cid[j] == cid:
+            j += 1
+        out.append(Packet(event, t, direction, sender, ptype, pn, size, datagram,
+                          tuple(_frame(r) for r in frame_rows[k:j])))
+        k = j
     if current is not None:
-        yield current, packets, closes
+        yield current, out, closes
     # connections without any packet still get a class
-    seen = {row[0] for row in rows}
+    seen = set(packets.column(0).unique().to_pylist())
     for cid in ids:
         if cid not in seen:
             yield cid, [], closes
 
 
-def _frame(f: dict | tuple) -> Frame:
-    values = list(f.values()) if isinstance(f, dict) else list(f)
-    kind, delay, largest, ranges, offset, length, stream, code = values
+def _frame(f: tuple) -> Frame:
+    kind, delay, largest, ranges, offset, length, stream, code = f
+    if ranges is None and largest is None:
+        return Frame(kind, delay, None, (), offset, length, stream, code)
     return Frame(kind, delay, largest, _ranges(ranges, largest), offset, length, stream, code)
 
 
@@ -283,11 +301,14 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
     rows, batches = [], []
     columns = _SampleColumns()
     for cid, me, pto_observable in views:
-        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
-                                 sent=sent.pop(cid, {}))
         # Samples leave Python objects for Arrow batches of about SAMPLE_BATCH rows (of one or
-        # many connections: a batch per connection costs ~0.3 ms each in pyarrow).
-        batches += columns.add(cid, result.samples)
+        # many connections: a batch per connection costs ~0.3 ms each in pyarrow), a long
+        # connection's while it is replayed.
+        def sink(samples: list[recovery.Sample], cid: int = cid) -> None:
+            batches.extend(columns.add(cid, samples))
+        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
+                                 sent=sent.pop(cid, {}), sink=sink)
+        sink(result.samples)
         rows.append(_replay_row(cid, me, result, handshakes.get(cid)))
     if columns.rows:
         batches.append(columns.batch())
@@ -300,6 +321,12 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
 #: RTT samples converted to one Arrow batch at a time
 SAMPLE_BATCH = 8192
 
+#: a sample's values in the order of _SAMPLE_FIELDS (connection_id excepted)
+_SAMPLE_GETTER = operator.attrgetter(
+    "event_index", "time_ms", "space", "largest_acknowledged", "latest_rtt_ms", "ack_delay_ms",
+    "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms", "smoothed_rtt_ms", "rttvar_ms", "pto_ms", "pto_count",
+    "pto_backoff_ms", "handshake_confirmed", "flags")
+
 
 class _SampleColumns:
     """RTT samples gathered as columns, turned into one Arrow batch at a time."""
@@ -311,13 +338,14 @@ class _SampleColumns:
     def add(self, cid: int, samples: list[recovery.Sample]) -> list[pa.RecordBatch]:
         """Take a connection's samples; return the batches that filled up meanwhile."""
         full = []
-        for s in samples:
-            values = (cid, s.event_index, s.time_ms, s.space, s.largest_acknowledged, s.latest_rtt_ms,
-                      s.ack_delay_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms,
-                      s.rttvar_ms, s.pto_ms, s.pto_count, s.pto_backoff_ms, s.handshake_confirmed, list(s.flags))
-            for column, value in zip(self.columns.values(), values):
-                column.append(value)
-            self.rows += 1
+        for start in range(0, len(samples), SAMPLE_BATCH):
+            part = samples[start:start + SAMPLE_BATCH]
+            # a column at a time, transposed in C (attrgetter, zip): not a Python loop per value
+            values = zip(*map(_SAMPLE_GETTER, part))
+            self.columns["connection_id"].extend([cid] * len(part))
+            for name, column in zip(_SAMPLE_FIELDS[1:], values):
+                self.columns[name].extend(column)
+            self.rows += len(part)
             if self.rows >= SAMPLE_BATCH:
                 full.append(self.batch())
         return full
@@ -332,13 +360,34 @@ class _SampleColumns:
 
 def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
     """Every replayed endpoint's sent packets as columns, per connection and space: typed arrays
-    copied from Arrow buffers (no Python object per packet)."""
-    table = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
-    columns = [_typed(table.column(i), code) for i, code in zip(range(2, 6), "qdbq")]
+    copied from Arrow buffers (no Python object per packet), a record batch at a time (a long
+    connection's half million packets are never held as an Arrow table beside the arrays)."""
+    arrays = [array(code) for code in "qdbq"]
+    runs: list[list] = []  # [cid, space, start, end] in row order, merged across batches
+    rows = 0
+    for batch in con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_reader(SENT_BATCH_ROWS):
+        if not batch.num_rows:
+            continue
+        for out, i, code in zip(arrays, range(2, 6), "qdbq"):
+            _typed(batch.column(i), code, out)
+        for cid, space, start, end in _runs(batch.column(0), batch.column(1)):
+            if runs and runs[-1][0] == cid and runs[-1][1] == space:
+                runs[-1][3] = rows + end
+            else:
+                runs.append([cid, space, rows + start, rows + end])
+        rows += batch.num_rows
+    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
+    # (each run a zero-copy view of the columns: slices of the arrays would copy a long
+    # connection's packets once more)
+    columns = [memoryview(a) for a in arrays]
     logs: dict[int, dict[str, recovery.SentLog]] = {}
-    for cid, space, start, end in _runs(table.column(0), table.column(1)):
+    for cid, space, start, end in runs:
         logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
     return logs
+
+
+#: rows of sent packets fetched at a time
+SENT_BATCH_ROWS = 65536
 
 
 def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
@@ -348,7 +397,7 @@ def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
     n = len(keys[0])
     if not n:
         return []
-    arrays = [k.combine_chunks() for k in keys]
+    arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
     change = pc.not_equal(arrays[0].slice(1), arrays[0].slice(0, n - 1))
     for a in arrays[1:]:
         change = pc.or_(change, pc.not_equal(a.slice(1), a.slice(0, n - 1)))
@@ -357,12 +406,13 @@ def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
     return [(*key, start, end) for *key, start, end in zip(*values, starts, starts[1:] + [n])]
 
 
-def _typed(column: pa.ChunkedArray, code: str) -> array:
+def _typed(column: pa.ChunkedArray | pa.Array, code: str, out: array | None = None) -> array:
     """A non-null Arrow column as an ``array.array`` of type ``code`` ('q' int64, 'd' float64,
-    'b' int8 for booleans), copied from its buffers."""
+    'b' int8 for booleans), copied from its buffers (appended to ``out`` if given)."""
     arrow_type = {"q": pa.int64(), "d": pa.float64(), "b": pa.int8()}[code]
-    out = array(code)
-    for chunk in column.cast(arrow_type).chunks:
+    out = array(code) if out is None else out
+    cast = column.cast(arrow_type)
+    for chunk in cast.chunks if isinstance(cast, pa.ChunkedArray) else (cast,):
         width = out.itemsize
         data = chunk.buffers()[1]
         out.frombytes(memoryview(data)[chunk.offset * width:(chunk.offset + len(chunk)) * width])
@@ -453,7 +503,11 @@ def _insert_samples(con, first_id: int, table: pa.Table) -> None:
                    last_value(min_rtt_ms IGNORE NULLS) OVER w AS min_rtt_ms,
                    last_value(smoothed_rtt_ms IGNORE NULLS) OVER w AS smoothed_rtt_ms,
                    last_value(rtt_variance_ms IGNORE NULLS) OVER w AS rtt_variance_ms
-            FROM logged_metrics WHERE connection_id >= $first
+            FROM logged_metrics
+            -- (a row without any RTT field adds nothing to fill, and most rows are
+            -- congestion-window updates: ~90 % in an aioquic transfer)
+            WHERE connection_id >= $first AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL
+                  OR smoothed_rtt_ms IS NOT NULL OR rtt_variance_ms IS NOT NULL)
             WINDOW w AS (PARTITION BY connection_id ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
         m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
         nxt AS (
@@ -518,8 +572,8 @@ def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Han
     first = result.samples[0] if result.samples else None
     counterfactual = None
     if first is not None and handshake is not None and endpoint == "client":
-        counterfactual = counterfactual_first_pto_ms(handshake, first, min(s.min_rtt_ms for s in result.samples))
-    return (cid, endpoint, len(result.samples), first.latest_rtt_ms if first else None,
+        counterfactual = counterfactual_first_pto_ms(handshake, first, result.lowest_min_rtt_ms)
+    return (cid, endpoint, result.sample_count, first.latest_rtt_ms if first else None,
             result.first_pto_ms, counterfactual, notes)
 
 

@@ -162,10 +162,13 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
             raise QuicackError(f"not a qlog file: starts with {stripped[:16]!r}", name,
                                f"byte {len(head) - len(stripped)}")
         first_line = stripped.split(b"\n", 1)[0]
-        try:
-            first = orjson.loads(first_line)
-        except orjson.JSONDecodeError:
-            first = None
+        first = None
+        # (a JSON document on one line longer than the head cannot parse: not tried)
+        if len(first_line) < len(stripped) or len(head) < HEAD_BYTES:
+            try:
+                first = orjson.loads(first_line)
+            except orjson.JSONDecodeError:
+                pass
         if isinstance(first, dict) and _is_stream_header(first):
             return _open_lines(path, name, stream, head, "ndjson", compressed, size)
         if not compressed:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 INITIAL = "initial"
@@ -202,12 +202,18 @@ class Sample:
 
 @dataclass
 class Replay:
+    #: every sample in trace order; with a ``sink`` (:func:`replay`), the first one and those
+    #: not handed to the sink yet
     samples: list[Sample] = field(default_factory=list)
     #: ACK frames that acknowledged nothing new, or whose largest was not newly acknowledged, or
     #: that newly acknowledged only non-ack-eliciting packets (§5.1: no sample)
     acks_without_sample: int = 0
     #: ACKs naming packets this endpoint never sent in the trace (trace starts late, or is cut)
     acks_of_unknown_packets: int = 0
+    #: samples in all (handed to the sink or in ``samples``)
+    sample_count: int = 0
+    #: the smallest min_rtt of any sample
+    lowest_min_rtt_ms: float | None = None
 
     @property
     def first_pto_ms(self) -> float | None:
@@ -305,6 +311,25 @@ class SentLog:
             else:
                 i = self._alive(i + 1)  # logged after the ACK: not acknowledged by it
 
+    def take_ranges(self, ranges, before: int) -> tuple[bool, bool]:
+        """:meth:`take_range` over every range at once: (any packet newly acknowledged, any of
+        them ack-eliciting) — the loop of an ACK, inlined (it runs for every packet acknowledged)."""
+        numbers, sent_at, nxt, eliciting = self.numbers, self.sent_at, self._next, self.eliciting
+        newly_any = newly_eliciting = False
+        for low, high in ranges:
+            i = self._alive(bisect_left(numbers, low))
+            end = bisect_right(numbers, high)
+            while i < end:
+                if sent_at[i] < before:
+                    nxt[i] = i + 1
+                    newly_any = True
+                    if eliciting[i]:
+                        newly_eliciting = True
+                j = i + 1
+                # _alive(j), with its common case (j itself still in flight) first
+                i = j if nxt[j] == j else self._alive(j)
+        return newly_any, newly_eliciting
+
     def remove(self, pn: int, before: int) -> None:
         i = self.position(pn, before)
         if i is not None:
@@ -318,12 +343,19 @@ class SentLog:
             i = self._alive(i + 1)
 
 
+#: samples a replay with a sink holds before handing them over
+SINK_SAMPLES = 8192
+
+
 def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
-           sent: dict[str, SentLog] | None = None) -> Replay:
+           sent: dict[str, SentLog] | None = None,
+           sink: Callable[[list[Sample]], None] | None = None) -> Replay:
     """Replay RFC 9002 §5–§6.2 over one endpoint's events (in trace order).
 
     Packets it sent come either as :class:`Sent` events in ``events`` or, for long traces, as
     ``sent`` (one :class:`SentLog` per space, each packet knowing its trace position).
+    ``sink``: samples after the first are handed to it in lists of :data:`SINK_SAMPLES` as they
+    come (the rest stay in the result), so a long connection's samples are not all held at once.
     """
     events = list(events) if sent is None else events
     if sent is None:
@@ -356,7 +388,12 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
                 pto_count = 0
             if sample is not None:
                 largest, latest, delay, used, adjusted, flags = sample
-                result.samples.append(Sample(
+                samples = result.samples
+                result.sample_count += 1
+                if sink is not None and len(samples) > SINK_SAMPLES:
+                    sink(samples[1:])
+                    del samples[1:]
+                samples.append(Sample(
                     at, ev.time_ms, ev.space, largest, latest, delay, used, adjusted, est.min_rtt_ms,
                     est.smoothed_rtt_ms, est.rttvar_ms,
                     est.pto_ms(ev.space, handshake_confirmed=confirmed, max_ack_delay_ms=max_ack_delay),
@@ -387,6 +424,9 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
         else:
             raise TypeError(f"not a replay event: {ev!r}")
 
+    if est.has_sample:
+        # §5.2: min_rtt only ever takes a lesser value here (no persistent congestion reset)
+        result.lowest_min_rtt_ms = est.min_rtt_ms
     _flag_inflated_first_sample(result, est)
     return result
 
@@ -402,13 +442,7 @@ def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: R
     known, largest_at = log.lookup(largest, at)
     if not known:
         result.acks_of_unknown_packets += 1
-    newly_any = newly_eliciting = False
-    eliciting = log.eliciting
-    for low, high in ranges:
-        for i in log.take_range(low, high, at):
-            newly_any = True
-            if eliciting[i]:
-                newly_eliciting = True
+    newly_any, newly_eliciting = log.take_ranges(ranges, at)
     # §5.1: "An endpoint generates an RTT sample on receiving an ACK frame that meets the
     # following two conditions: the largest acknowledged packet number is newly acknowledged,
     # and at least one of the newly acknowledged packets was ack-eliciting."

@@ -96,8 +96,11 @@ class ScanOptions:
     workers: int | str = "auto"
     pcap: str | None = None
     pcap_interface: str | None = None
-    batch_size: int = 200
-    batch_age_s: float = 2.0
+    #: probes per batch qlog file: ingesting a file costs ~0.3 s whatever its size plus ~1 ms a
+    #: probe, so larger files amortize it; a batch also goes out once its first probe is
+    #: ``batch_age_s`` old (a scan killed with SIGKILL probes the unwritten ones again)
+    batch_size: int = 1000
+    batch_age_s: float = 10.0
     #: ingest each batch's qlog file while probing (probes join connections as the scan goes);
     #: by default the files are ingested once probing ends, so that ingest (classification and
     #: replay included) does not take CPU from the probes and bend their timing
@@ -130,6 +133,8 @@ class Progress:
     #: with worker processes: CPU seconds they spent probing, and starting up
     worker_cpu_s: float = 0.0
     worker_startup_cpu_s: float = 0.0
+    #: probing CPU of each worker process (with workers > 1)
+    worker_cpu_s_each: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
 
@@ -430,6 +435,7 @@ class WorkerPool:
         self.open = count
         self.probing_cpu_s = 0.0  # CPU the workers spent probing (their start-up excluded)
         self.startup_cpu_s = 0.0
+        self.cpu_s_each = [0.0] * count  # the same, per worker
         for worker in range(count):
             parent, child = ctx.Pipe()
             process = ctx.Process(target=worker_main, args=(child, opts, run_tag, worker, count),
@@ -448,6 +454,7 @@ class WorkerPool:
                 kind, row, trace_json, keylog = conn.recv()
                 if kind == "finished":
                     self.probing_cpu_s += trace_json
+                    self.cpu_s_each[worker] = trace_json
                     self.startup_cpu_s += keylog
                     self._closed(worker, finished=True)
                     return
@@ -789,6 +796,7 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
         if pool is not None:
             await pool.drain()
             progress.worker_cpu_s = pool.probing_cpu_s
+            progress.worker_cpu_s_each = list(pool.cpu_s_each)
             progress.worker_startup_cpu_s = pool.startup_cpu_s
         else:
             await executor.drain()

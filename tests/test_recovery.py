@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from quicack.recovery import (
     APPLICATION, HANDSHAKE, INITIAL, AckReceived, HandshakeConfirmed, Lost, PeerMaxAckDelay,
     PtoExpired, RetryReceived, RttEstimator, Sent, SentLog, SpaceDiscarded, first_pto_after,
-    initial_pto_ms, replay,
+    SINK_SAMPLES, initial_pto_ms, replay,
 )
 
 
@@ -274,3 +274,20 @@ def test_sent_log_from_columns_equals_sent_events(events):
     by_events = replay(events, is_client=True).samples
     by_columns = replay(events, is_client=True, sent=logs).samples
     assert by_events == by_columns
+
+
+def test_a_sink_receives_every_sample_but_the_first_in_chunks_and_the_result_counts_them_all():
+    # A long transfer: every packet acknowledged 10 ms after it was sent, the RTT falling slowly.
+    n = 3 * SINK_SAMPLES + 5
+    events = []
+    for pn in range(n):
+        events.append(Sent(float(pn), APPLICATION, pn, True))
+        events.append(ack(pn + 10.0 - pn / n, APPLICATION, (pn, pn)))
+    whole = replay(events, is_client=True)
+    chunks = []
+    sunk = replay(events, is_client=True, sink=chunks.append)
+    assert whole.sample_count == sunk.sample_count == len(whole.samples) == n
+    assert all(0 < len(c) <= SINK_SAMPLES for c in chunks) and len(chunks) == 3
+    assert sunk.samples[0] == whole.samples[0]
+    assert [s for c in chunks for s in c] + sunk.samples[1:] == whole.samples[1:]
+    assert sunk.lowest_min_rtt_ms == whole.lowest_min_rtt_ms == min(s.min_rtt_ms for s in whole.samples)

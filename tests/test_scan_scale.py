@@ -46,9 +46,11 @@ def test_kill_9_then_rerun_leaves_exactly_one_row_per_target_and_repetition(tmp_
     listing, resolve = write_list(tmp_path, servers, 40)
     db = tmp_path / "k.duckdb"
     command = quicack("scan", str(listing), "--db", str(db), "-n", "2", "--spacing-s", "0.05",
-                      "--rate", "10", "--allow-private", "-q", *resolve)
+                      "--rate", "6", "--allow-private", "-q", *resolve)
     process = subprocess.Popen(command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
+    # (6 probes/s: 80 probes take ~13 s, the first batch is written when its first probe is
+    # 10 s old, ScanOptions.batch_age_s)
     # kill it in the middle: once the first batch of probes is on disk (the store itself stays
     # locked by the scanner, so watch its qlog folder)
     qlog = tmp_path / "k-scans" / "list" / "qlog"
@@ -78,10 +80,11 @@ def test_kill_9_then_rerun_leaves_exactly_one_row_per_target_and_repetition(tmp_
 def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, servers):
     listing, resolve = write_list(tmp_path, servers, 30)
     db = tmp_path / "i.duckdb"
-    command = quicack("scan", str(listing), "--db", str(db), "-n", "1", "--rate", "8",
+    command = quicack("scan", str(listing), "--db", str(db), "-n", "1", "--rate", "2",
                       "--allow-private", "-q", *resolve)
     process = subprocess.Popen(command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+    # (2 probes/s: the first batch goes out after 10 s, before the 30 probes are done)
     qlog = tmp_path / "i-scans" / "list" / "qlog"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (qlog.exists() and any(qlog.iterdir())):

@@ -247,3 +247,19 @@ def test_parallel_first_server_initial_is_ack_only(tmp_path):
                GROUP BY p.event_index, p.packet_number ORDER BY p.event_index LIMIT 1 OFFSET 1"""
         ).rows()
         assert second == [(1, ["crypto"])]
+
+
+def test_sent_packets_fetched_in_small_batches_replay_alike(tmp_path, monkeypatch):
+    # The replay reads a long connection's sent packets a record batch at a time, joining the
+    # runs of one (connection, space) across batches: 7 rows a batch gives the same samples.
+    from quicack import analysis
+    query = ("SELECT connection_id, event_index, latest_rtt_ms, smoothed_rtt_ms, pto_ms FROM rtt_samples "
+             "ORDER BY ALL")
+    with Store(tmp_path / "a.duckdb") as store:
+        store.ingest(DATA / f"{QVIS}/doublevantage_100ms.qlog")
+        whole = store.sql(query).rows()
+    monkeypatch.setattr(analysis, "SENT_BATCH_ROWS", 7)
+    with Store(tmp_path / "b.duckdb") as store:
+        store.ingest(DATA / f"{QVIS}/doublevantage_100ms.qlog")
+        batched = store.sql(query).rows()
+    assert len(whole) > 100 and batched == whole
