@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from . import analysis, capture, normalize, pcap, reader, scanstore
+from . import analysis, capture, pcap, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
@@ -252,6 +252,8 @@ class Store:
                 self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
                 capture.normalize(self.con, file_id, first_connection, staged)
             else:
+                from . import normalize, reader  # qlog only: a capture needs neither (~20 ms of imports)
+
                 with reader.open_source(path, self.con) as staged, \
                         contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
