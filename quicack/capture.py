@@ -41,7 +41,7 @@ import time
 import duckdb
 
 from .model import QuicackError
-from .pcap import ALL_FIELDS, FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
+from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
 
 #: Largest UDP payload of one datagram on a 1500-byte MTU path (IPv4: 1500 − 20 − 8).
 MAX_SINGLE_DATAGRAM_PAYLOAD = 1472
@@ -120,8 +120,6 @@ _TP_ANY = " OR ".join(f"tp_{n} IS NOT NULL" for n in PARAMETER_FIELDS)
 
 def begin(con: duckdb.DuckDBPyConnection) -> None:
     """Create (empty) the temporary tables :class:`Staging` fills."""
-    raw = ", ".join(f"{column(f)} VARCHAR" for f in ALL_FIELDS)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE c_held ({raw})")
     con.execute("""CREATE OR REPLACE TEMP TABLE c_dgram (
         frame_number BIGINT, epoch_ns BIGINT, src_ep VARCHAR, dst_ep VARCHAR,
         src_port INTEGER, dst_port INTEGER, udp_payload_bytes INTEGER, tshark_connection INTEGER,
@@ -148,7 +146,7 @@ class Staging:
 
     Nearly every datagram of a transfer holds one QUIC packet whose per-frame fields hold one
     value each (an ACK frame's ranges aside): the fast path (:mod:`quicack.fastpath`, Arrow)
-    makes their rows.  The others are held back in ``c_held`` for the general path here
+    makes their rows.  The others are held back (Arrow tables) for the general path here
     (DuckDB), which cuts every list, and whose statements cost tens of milliseconds whatever
     their rows: held datagrams are staged while tshark runs when the reader waits for tshark
     (:meth:`idle`, at most every ``IDLE_GENERAL_S``) or when ``HELD_ROWS`` wait, and what is left
@@ -161,8 +159,9 @@ class Staging:
         self.con = con
         self.layout_file = layout_file
         self.fast = fast
-        self.held = 0
-        self._layouts: list[bytes] = []  # lines read so far
+        self.held = 0  # rows held back
+        self._held: list = []  # their Arrow tables (tshark's columns)
+        self._layouts: dict[int, str] = {}  # frame number → layout, the lines read so far
         self._layout_offset = 0
         self._last_general = time.monotonic()
         begin(con)
@@ -177,14 +176,18 @@ class Staging:
             from . import fastpath
             rows = fastpath.split(batch)
             parts = [(rows.datagrams, "c_dgram"), (rows.parameters, "c_tp"), (rows.packets, "c_pkt"),
-                     (rows.frames, "c_frame"), (rows.held, "c_held")]
+                     (rows.frames, "c_frame")]
             for quicack_rows, table in parts:
                 if quicack_rows.num_rows:
                     con.execute(f"INSERT INTO {table} SELECT * FROM quicack_rows")
-            self.held += rows.held.num_rows
+            held = rows.held
         else:
-            quicack_rows = batch
-            self.held += con.execute(f"INSERT INTO c_held SELECT * FROM quicack_rows WHERE {_UDP}").fetchall()[0][0]
+            import pyarrow.compute as pc
+            held = batch.filter(pc.and_(pc.is_valid(batch["udp_srcport"]),  # _UDP
+                                        pc.and_(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"]))))
+        if held.num_rows:
+            self._held.append(held)
+            self.held += held.num_rows
         if self.held >= HELD_ROWS:
             self._stage_held(final=False)
 
@@ -197,31 +200,32 @@ class Staging:
         """Stage every datagram still held back (tshark has ended: the layout file is complete)."""
         if self.held:
             self._stage_held(final=True)
-        self.con.execute("DROP TABLE IF EXISTS c_held")
 
     def _stage_held(self, final: bool) -> None:
         """The general path over the held datagrams that can be cut: with one QUIC packet, or
-        with their layout read (all of them when ``final``)."""
+        with their layout read (all of them when ``final``).  Held rows stay in Arrow (a few,
+        usually: the datagrams of a handshake's coalesced packets) until the general path takes
+        them."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         con = self.con
         self._read_layouts()
-        lines = [line.split(b"\t", 1) for line in self._layouts]
-        layouts = pa.table({"frame_number": pa.array([int(f) for f, _ in lines], pa.int64()),
-                            "layout": pa.array([v.decode() for _, v in lines], pa.string())})
-        con.register("layout_rows", layouts)
+        held = pa.concat_tables(self._held).combine_chunks() if len(self._held) > 1 else self._held[0]
+        layouts = [self._layouts.get(_frame_number(f)) for f in held.column("frame_number").to_pylist()]
+        several = [bool(h) and "," in h for h in held.column("quic_header_form").to_pylist()]
+        ready = pa.array([final or not s or layout is not None for s, layout in zip(several, layouts)])
+        self._held = [held.filter(pc.invert(ready))] if not final else []
+        self.held = self._held[0].num_rows if self._held else 0
+        taken = held.append_column("quicack_layout", pa.array(layouts, pa.string())).filter(ready)
+        self._last_general = time.monotonic()
+        if not taken.num_rows:
+            return
+        con.register("quicack_ready", taken)
         try:
-            ready = "true" if final else "NOT contains(r.quic_header_form, ',') OR l.layout IS NOT NULL"
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE c_ready AS
-                SELECT r.*, l.layout AS quicack_layout FROM c_held r
-                LEFT JOIN layout_rows l ON l.frame_number = TRY_CAST(r.frame_number AS BIGINT)
-                WHERE {ready}""")
+            _general(con, "SELECT * FROM quicack_ready")
         finally:
-            con.unregister("layout_rows")
-        con.execute("DELETE FROM c_held WHERE frame_number IN (SELECT frame_number FROM c_ready)")
-        _general(con, "SELECT * FROM c_ready")
-        con.execute("DROP TABLE c_ready")
-        self.held = con.execute("SELECT count(*) FROM c_held").fetchall()[0][0]
+            con.unregister("quicack_ready")
         self._last_general = time.monotonic()
 
     def _read_layouts(self) -> None:
@@ -235,8 +239,19 @@ class Staging:
         except FileNotFoundError:
             return
         end = data.rfind(b"\n") + 1
-        self._layouts += [line for line in data[:end].split(b"\n") if line.strip()]
+        for line in data[:end].split(b"\n"):
+            if line.strip():
+                frame, layout = line.split(b"\t", 1)
+                self._layouts[int(frame)] = layout.decode()
         self._layout_offset += end
+
+
+def _frame_number(text: str | None) -> int | None:
+    """tshark's frame number (TRY_CAST: NULL if it is not one)."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
 
 
 def _general(con, rows: str) -> None:
@@ -759,7 +774,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                  "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
                  "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
                  "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_held", "c_dgram", "c_tp", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
+    for table in ("c_dgram", "c_tp", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
                   "dmap", "cstart", "pk"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
