@@ -132,7 +132,8 @@ def begin(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""CREATE OR REPLACE TEMP TABLE c_pkt (
         frame_number BIGINT, idx BIGINT, packet_type VARCHAR, header_form INTEGER,
         size_bytes INTEGER, version BIGINT, version_text VARCHAR, dcid VARCHAR, packet_number BIGINT,
-        decryption_failed BOOLEAN, frame_count INTEGER, undecrypted BOOLEAN, eliciting BOOLEAN)""")
+        decryption_failed BOOLEAN, frame_count INTEGER, undecrypted BOOLEAN, eliciting BOOLEAN,
+        event_index BIGINT)""")
     con.execute("""CREATE OR REPLACE TEMP TABLE c_frame (
         frame_number BIGINT, idx BIGINT, packet_type VARCHAR, position INTEGER,
         frame_type VARCHAR, largest BIGINT, ack_delay_raw BIGINT, ranges BIGINT[][], ecn_ce BIGINT,
@@ -164,6 +165,7 @@ class Staging:
         self._layouts: dict[int, str] = {}  # frame number → layout, the lines read so far
         self._layout_offset = 0
         self._last_general = time.monotonic()
+        self._events = 0  # QUIC packets of the rows added so far
         begin(con)
 
     def add(self, batch) -> None:
@@ -171,9 +173,11 @@ class Staging:
 
         The Arrow tables are read by DuckDB's replacement scan of this frame's local
         ``quicack_rows`` (register/unregister cost ~2 ms a table, ~5 ms a batch)."""
+        from . import fastpath
+
         con = self.con
+        batch, self._events = fastpath.number_packets(batch, self._events)
         if self.fast:
-            from . import fastpath
             rows = fastpath.split(batch)
             parts = [(rows.datagrams, "c_dgram"), (rows.parameters, "c_tp"), (rows.packets, "c_pkt"),
                      (rows.frames, "c_frame")]
@@ -321,7 +325,8 @@ def _batch_datagrams(con) -> None:
         FROM (SELECT {_datagram_columns()},
                      CASE WHEN quic_header_form IS NULL THEN 0
                           ELSE (length(quic_header_form) + 1) // 2 END::INTEGER AS packets,
-                     {", ".join(column(f) for f in PACKET_FIELDS + FRAME_FIELDS)}, quicack_layout, quic_header_form
+                     {", ".join(column(f) for f in PACKET_FIELDS + FRAME_FIELDS)}, quicack_layout, quic_header_form,
+                     quicack_event
               FROM tshark_batch
               WHERE {_UDP})""")
 
@@ -348,7 +353,7 @@ def _batch_packets(con) -> None:
                quic_decryption_failed IS NOT NULL AS decryption_failed,
                coalesce(len(string_split(quic_frame_type, ',')), 0)::INTEGER AS frame_count,
                string_split(tls_handshake_type, ',') AS tls_types,
-               1::BIGINT AS frame_start
+               1::BIGINT AS frame_start, quicack_event AS event_index
         FROM cd_b WHERE packets = 1 AND quicack_layout IS NULL""")
     # Several packets: cut every list with the per-packet counts of the Lua layout.
     if several:
@@ -361,7 +366,7 @@ def _batch_packets(con) -> None:
                         list_slice(string_split(tls_handshake_type, ','), {start('tls.handshake.type')},
                                    {start('tls.handshake.type')} + {count('tls.handshake.type')} - 1)
                    END,
-                   {start('quic.frame_type')}
+                   {start('quic.frame_type')}, quicack_event + idx - 1
             FROM (SELECT *, unnest(range(1, packets + 1)) AS idx,
                          list_transform(string_split(quicack_layout, ';'),
                                         lambda p: list_transform(string_split(p, '.'), lambda c: c::INTEGER)) AS layout
@@ -494,7 +499,7 @@ def _batch_store(con) -> None:
     con.execute("""INSERT INTO c_pkt
         SELECT p.frame_number, p.idx, p.packet_type, p.header_form, p.size_bytes, p.version,
                p.version_text, p.dcid, p.packet_number, p.decryption_failed, p.frame_count, p.undecrypted,
-               CASE WHEN p.frame_count > 0 THEN coalesce(e.eliciting, false) END
+               CASE WHEN p.frame_count > 0 THEN coalesce(e.eliciting, false) END, p.event_index
         FROM cp_b p
         LEFT JOIN (SELECT frame_number, idx,
                           bool_or(frame_type NOT IN ('ack', 'padding', 'connection_close')) AS eliciting
@@ -673,11 +678,14 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
                            "dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)", staged.path)
     _assign_connections(con, first_connection_id)
     # pk: every packet with its datagram's connection, sender and time; event_index is its
-    # position in the capture.
-    con.execute("""CREATE OR REPLACE TEMP TABLE pk AS
+    # position in the capture, numbered while staging (quicack.fastpath.number_packets) unless a
+    # datagram's packets could not be cut (their numbers are left out: numbered again here).
+    unsplit = con.execute("SELECT count(*) FROM c_dgram WHERE packets > 0 AND NOT split_ok").fetchall()[0][0]
+    numbered = ("(SELECT * REPLACE (row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index) FROM c_pkt)"
+                if unsplit else "c_pkt")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE pk AS
         SELECT p.*, m.connection_id, m.sender, m.epoch_ns, m.gso
-        FROM (SELECT *, row_number() OVER (ORDER BY frame_number, idx) - 1 AS event_index FROM c_pkt) p
-        JOIN dmap m USING (frame_number)""")
+        FROM {numbered} p JOIN dmap m USING (frame_number)""")
 
     # Packets kept: everything except the unparsable remainder of GSO super-frames.
     kept = "NOT (undecrypted AND gso)"
@@ -778,7 +786,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
 
     staged.events, not_decrypted, datagrams = con.execute(
         "SELECT sum(packets), sum(not_decrypted), sum(datagrams) FROM cstart").fetchall()[0]
-    staged.warnings.extend(_warnings(con, staged))
+    staged.warnings.extend(_warnings(con, staged, unsplit))
     con.execute("""INSERT INTO capture_files VALUES ($file_id, $version, $secrets, $keylog, $keylog_sha256,
         $ports, $frames, $datagrams, $packets, $not_decrypted, (SELECT count(*) FROM c_dgram WHERE gso))""",
                 {"file_id": file_id, "version": staged.tshark_version, "secrets": staged.secrets,
@@ -790,7 +798,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def _warnings(con, staged: StagedCapture) -> list[str]:
+def _warnings(con, staged: StagedCapture, unsplit: int) -> list[str]:
     warnings = []
     path = staged.path
     total = staged.events
@@ -815,7 +823,6 @@ def _warnings(con, staged: StagedCapture) -> list[str]:
                         f"{versions or 'none'}; tshark does not dissect every QUIC version, e.g. drafts older than "
                         "the invariants of RFC 8999): "
                         "their packet types and numbers may be wrong")
-    unsplit = con.execute("SELECT count(*) FROM c_dgram WHERE packets > 0 AND NOT split_ok").fetchall()[0][0]
     if unsplit:
         warnings.append(f"{path}: {unsplit} datagrams holding several QUIC packets could not be cut into "
                         "packets and were left out (listed in capture_issues)")

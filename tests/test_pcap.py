@@ -543,3 +543,36 @@ def test_connections_worked_out_per_tshark_connection_as_per_datagram(path):
     con.close()
     assert outcomes[0] == outcomes[1]
     assert outcomes[0]["dmap"] and {r[1] for r in outcomes[0]["dmap"]} == {r[2] for r in outcomes[0]["ck"]}
+
+
+@pytest.mark.parametrize("layout", [True, False], ids=["layout", "no-layout"])
+def test_packets_numbered_while_staging_are_numbered_in_capture_order(layout):
+    """Each QUIC packet's event_index is numbered as its batch is staged, ahead of the general
+    path for held datagrams: the numbers are the packets' positions in the capture, 0 to n - 1.
+    Without the Lua layout the coalesced datagrams cannot be cut (their packets are left out):
+    the packets left are numbered again, still 0 to n - 1 in capture order."""
+    import duckdb
+
+    from quicack import capture, pcap
+
+    con = duckdb.connect()
+    with pcap.Dissection(AIOQUIC / "cap.pcapng") as dissection:
+        staging = capture.Staging(con, dissection.layout_file if layout else None)
+        for block in dissection.blocks(staging.idle):
+            staging.add(pcap._parse(block, []))
+        dissection.wait()
+        staging.finish()
+    unsplit, cut = con.execute("""SELECT count(*) FILTER (WHERE packets > 0 AND NOT split_ok),
+                                         sum(packets) FILTER (WHERE split_ok) FROM c_dgram""").fetchall()[0]
+    staged = [r[0] for r in con.execute("SELECT event_index FROM c_pkt ORDER BY frame_number, idx").fetchall()]
+    staged_ = pcap.StagedCapture(str(AIOQUIC / "cap.pcapng"), "pcapng", "4.0.17", "none", None, None, [], 0, [])
+    con.execute(Path(__file__).resolve().parent.parent.joinpath("schemas/store.sql").read_text())
+    capture.normalize(con, 1, 1, staged_)
+    stored = con.execute("SELECT datagram_id, event_index FROM packets ORDER BY event_index").fetchall()
+    con.close()
+    assert (unsplit > 0) == (not layout)
+    if layout:
+        assert staged == list(range(len(staged)))
+    assert [e for _, e in stored] == list(range(len(stored)))
+    assert [d for d, _ in stored] == sorted(d for d, _ in stored)
+    assert len(stored) == cut and (cut == 11 or not layout)
