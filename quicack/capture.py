@@ -784,21 +784,26 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         LEFT JOIN (SELECT connection_id, arg_min(version_text, (frame_number, idx)) AS version_text
                    FROM pk WHERE header_form = 1 AND version <> 0 GROUP BY ALL) v USING (connection_id)""")
 
-    staged.events, not_decrypted, datagrams = con.execute(
-        "SELECT sum(packets), sum(not_decrypted), sum(datagrams) FROM cstart").fetchall()[0]
-    staged.warnings.extend(_warnings(con, staged, unsplit))
-    con.execute("""INSERT INTO capture_files VALUES ($file_id, $version, $secrets, $keylog, $keylog_sha256,
-        $ports, $frames, $datagrams, $packets, $not_decrypted, (SELECT count(*) FROM c_dgram WHERE gso))""",
-                {"file_id": file_id, "version": staged.tshark_version, "secrets": staged.secrets,
-                 "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
-                 "ports": staged.decode_as_ports, "frames": staged.frames, "datagrams": datagrams,
-                 "packets": staged.events, "not_decrypted": not_decrypted})
-    for table in ("c_dgram", "c_tp", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck",
-                  "dmap", "cstart", "pk"):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
+    malformed, gso = con.execute("""
+        SELECT (SELECT count(*) FROM c_dgram JOIN dmap USING (frame_number) WHERE malformed),
+               (count(*), max(udp_payload_bytes), string_agg(DISTINCT replace(src_ep, '#', ' port '), ', '))
+        FROM c_dgram WHERE gso""").fetchall()[0]
+    staged.events, not_decrypted = con.execute("""INSERT INTO capture_files
+        SELECT $file_id, $version, $secrets, $keylog, $keylog_sha256, $ports, $frames,
+               sum(datagrams), sum(packets), sum(not_decrypted), $gso FROM cstart
+        RETURNING quic_packets, packets_not_decrypted""",
+        {"file_id": file_id, "version": staged.tshark_version, "secrets": staged.secrets,
+         "keylog": staged.keylog, "keylog_sha256": staged.keylog_sha256,
+         "ports": staged.decode_as_ports, "frames": staged.frames, "gso": int(gso[0])}).fetchall()[0]
+    staged.warnings.extend(_warnings(con, staged, unsplit, malformed, gso))
+    con.execute("; ".join(f"DROP TABLE IF EXISTS {table}" for table in (
+        "c_dgram", "c_tp", "c_pkt", "c_frame", "cd_b", "cp_b0", "cp_b", "cf_b", "cf_g", "dconn", "ck", "dmap",
+        "cstart", "pk")))
 
 
-def _warnings(con, staged: StagedCapture, unsplit: int) -> list[str]:
+def _warnings(con, staged: StagedCapture, unsplit: int, malformed: int, gso: tuple) -> list[str]:
+    """What the summary says about a capture: packets not decrypted, malformed and unsplit
+    datagrams, GSO super-frames (``gso``: how many, the largest, their senders)."""
     warnings = []
     path = staged.path
     total = staged.events
@@ -814,8 +819,6 @@ def _warnings(con, staged: StagedCapture, unsplit: int) -> list[str]:
         else:
             hint = f"the secrets ({staged.keylog or 'Decryption Secrets Block'}) do not cover them"
         warnings.append(f"{path}: {n} of {total} QUIC packets not decrypted ({listed}); {hint}")
-    malformed = con.execute("SELECT count(*) FROM c_dgram JOIN dmap USING (frame_number) "
-                            "WHERE malformed").fetchall()[0][0]
     if malformed:
         versions = con.execute("""SELECT string_agg(DISTINCT version_text, ', ') FROM pk
                                   WHERE header_form = 1 AND version <> 0""").fetchall()[0][0]
@@ -826,8 +829,6 @@ def _warnings(con, staged: StagedCapture, unsplit: int) -> list[str]:
     if unsplit:
         warnings.append(f"{path}: {unsplit} datagrams holding several QUIC packets could not be cut into "
                         "packets and were left out (listed in capture_issues)")
-    gso = con.execute("""SELECT count(*), max(udp_payload_bytes), string_agg(DISTINCT replace(src_ep, '#', ' port '), ', ')
-                         FROM c_dgram WHERE gso""").fetchall()[0]
     if gso[0]:
         warnings.append(f"{path}: {gso[0]} UDP datagrams of up to {gso[1]} bytes (sent by {gso[2]}) are UDP GSO "
                         f"super-frames that tshark cannot split: the packets inside them are missing; "
