@@ -33,6 +33,7 @@ import hashlib
 import io
 import os
 import re
+import select
 import shutil
 import subprocess
 import tempfile
@@ -301,6 +302,11 @@ MIN_BATCH_BYTES = 1 << 20
 #: Pipe buffer asked for tshark's output (Linux F_SETPIPE_SZ): fewer wake-ups of the reader.
 _PIPE_BYTES = 1 << 20
 
+#: After a small read the pump waits this long for tshark to write more (or end): ~50 KB at
+#: tshark's ~3 MB/s, far below the pipe's size, in ~4× fewer reads than after 5 ms (the pump's
+#: CPU for 40k packets: ~50-90 → ~30 ms).
+PUMP_WAIT_S = 0.02
+
 
 def resolve(path: Path, keylog: Path | str | None = None,
             quic_ports: list[int] | tuple[int, ...] = ()) -> tuple[str, Path | None, list[int]]:
@@ -360,13 +366,22 @@ class Dissection:
         return Path(path) == self.path and wanted_keylog == self.keylog and ports == self.ports
 
     def _pump(self) -> None:
-        while block := self.proc.stdout.read(1 << 20):
-            if len(block) < _PIPE_BYTES // 8:
-                time.sleep(0.005)  # let tshark fill the pipe: fewer, larger reads (less CPU)
-            with self._lock:
-                self._buffer += block
-                if len(self._buffer) >= MIN_BATCH_BYTES:
-                    self._ready.set()
+        ended = _exit_notice(self.proc.pid)
+        try:
+            while block := self.proc.stdout.read(1 << 20):
+                with self._lock:
+                    self._buffer += block
+                    if len(self._buffer) >= MIN_BATCH_BYTES:
+                        self._ready.set()
+                if len(block) < _PIPE_BYTES // 8:
+                    # let tshark fill the pipe: fewer, larger reads (less CPU); but not past its end
+                    if ended is None:
+                        time.sleep(PUMP_WAIT_S)
+                    else:
+                        select.select([ended], [], [], PUMP_WAIT_S)
+        finally:
+            if ended is not None:
+                os.close(ended)
         with self._lock:
             self._eof = True
             self._ready.set()
@@ -421,6 +436,14 @@ class Dissection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _exit_notice(pid: int) -> int | None:
+    """A file descriptor that becomes readable when process ``pid`` ends (Linux pidfd), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _parse(block: bytes, bad_rows: list[int]):
