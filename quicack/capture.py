@@ -166,6 +166,7 @@ class Staging:
         self._layout_offset = 0
         self._last_general = time.monotonic()
         self._events = 0  # QUIC packets of the rows added so far
+        self.not_quic = 0  # UDP datagrams staged without a QUIC packet
         begin(con)
 
     def add(self, batch) -> None:
@@ -184,6 +185,7 @@ class Staging:
             for quicack_rows, table in parts:
                 if quicack_rows.num_rows:
                     con.execute(f"INSERT INTO {table} SELECT * FROM quicack_rows")
+            self.not_quic += rows.datagrams.num_rows - rows.packets.num_rows
             held = rows.held
         else:
             import pyarrow.compute as pc
@@ -230,6 +232,7 @@ class Staging:
             _general(con, "SELECT * FROM quicack_ready", taken.num_rows)
         finally:
             con.unregister("quicack_ready")
+        self.not_quic += con.execute("SELECT count(*) FROM cd_b WHERE packets = 0").fetchall()[0][0]
         self._last_general = time.monotonic()
 
     def _read_layouts(self) -> None:

@@ -466,10 +466,10 @@ def _parse(block: bytes, bad_rows: list[int]):
                                              strings_can_be_null=True))
 
 
-def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str]]:
+def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str], int]:
     """Stage every block of tshark's rows (:class:`quicack.capture.Staging`) while tshark still
-    dissects, then what waited for tshark's end.  Return (frames, tshark version, warnings);
-    raise QuicackError if the capture cannot be read."""
+    dissects, then what waited for tshark's end.  Return (frames, tshark version, warnings, UDP
+    datagrams without QUIC); raise QuicackError if the capture cannot be read."""
     import pyarrow as pa
 
     from . import capture
@@ -490,7 +490,7 @@ def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str]]:
     staging.finish()  # tshark has ended: its layout file is complete
     if bad_rows:
         warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
-    return frames, version, warnings
+    return frames, version, warnings, staging.not_quic
 
 
 def _outcome(path: Path, frames: int, returncode: int, stderr: str) -> tuple[str | None, list[str]]:
@@ -535,13 +535,14 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
         threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
         con.execute("SET threads = 1")
         try:
-            frames, version, warnings = _run(con, dissection)
-            forced = sorted(set(capture.ports_to_force(con)) - set(ports))
+            frames, version, warnings, not_quic = _run(con, dissection)
+            # (only UDP that tshark did not take for QUIC can be QUIC it missed)
+            forced = sorted(set(capture.ports_to_force(con)) - set(ports)) if not_quic else []
             if forced:  # tshark's heuristics missed QUIC on these ports: decode them as QUIC
                 dissection.close()
                 dissection = Dissection(path, keylog, sorted(set(ports) | set(forced)))
                 ports = dissection.ports
-                frames, version, warnings = _run(con, dissection)
+                frames, version, warnings, _ = _run(con, dissection)
         finally:
             con.execute(f"SET threads = {int(threads)}")
     finally:
