@@ -44,18 +44,22 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 
 def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", reanalyze: bool = False,
             progress: Callable[[Path, int], None] | None = None, keylog: str | Path | None = None,
-            quic_ports: Iterable[int] = ()) -> Summary:
+            quic_ports: Iterable[int] = (), dissection: pcap.Dissection | None = None) -> Summary:
     """Ingest every trace under ``paths`` into the store ``db``; return what happened per file.
 
     ``progress(path, n)`` is called as each file is read, ``n`` the bytes of that file done since
     the previous call (several times within a large qlog); per file the calls add up to its size.
     Captures are decrypted with ``keylog`` (else a key log beside each capture); ``quic_ports``
-    are decoded as QUIC.
+    are decoded as QUIC.  ``dissection``: tshark already started (quicack.cli starts it before
+    parsing its command line), taken over if it is the first file's, else stopped.
     """
     files = expand(paths)
     quic_ports = tuple(quic_ports)
     summary = Summary()
-    early = _start_first_capture(files, keylog, quic_ports)
+    if dissection is not None and not (files and dissection.matches(files[0], keylog, quic_ports)):
+        dissection.close()
+        dissection = None
+    early = dissection or _start_first_capture(files, keylog, quic_ports)
     try:
         from .store import Store  # DuckDB and pyarrow load while tshark starts
 

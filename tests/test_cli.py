@@ -141,3 +141,39 @@ def test_analyze_capture_options_are_checked(tmp_path, tshark):
     ok = run("analyze", CAPTURE, "--quic-port", "4433", "--db", tmp_path / "q.duckdb")
     assert ok.exit_code == 0, ok.output
     assert "connections: 1  packets: 11  events: 11" in ok.output
+
+
+def test_analyze_arguments_read_before_click():
+    """The plain `analyze` command lines whose first capture tshark can start on before the
+    command line is parsed; anything else is left to click (None)."""
+    from pathlib import Path
+
+    from quicack.cli import analyze_arguments
+
+    assert analyze_arguments(["analyze", "-q", "--db", "x.duckdb", "c.pcapng", "d"]) == \
+        (Path("c.pcapng"), None, ())
+    assert analyze_arguments(["analyze", "c.pcap", "--keylog=k.log", "--quic-port", "4433", "--quic-port=443",
+                              "--reanalyze"]) == (Path("c.pcap"), "k.log", (4433, 443))
+    assert analyze_arguments(["analyze", "--", "-odd name.pcap"]) == (Path("-odd name.pcap"), None, ())
+    for other in (["export"], ["analyze"], ["analyze", "--db"], ["analyze", "-x", "c.pcap"],
+                  ["analyze", "c.pcap", "--quic-port", "x"], ["analyze", "--help"], ["--version"]):
+        assert analyze_arguments(other) is None, other
+
+
+def test_analyze_as_a_program_starts_tshark_before_parsing_and_keeps_it(tmp_path, tshark):
+    """`python -m quicack.cli analyze CAPTURE` starts tshark before click loads and ingests the
+    capture with that dissection; a usage error found later by click still exits 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    db = tmp_path / "q.duckdb"
+    ok = subprocess.run([sys.executable, "-m", "quicack.cli", "analyze", "-q", "--db", str(db), str(CAPTURE),
+                         "--quic-port", "4433"], capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "connections: 1  packets: 11  events: 11" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "quicack.cli", "analyze", "--db", str(db), str(CAPTURE),
+                          "--quic-port", "0"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "--quic-port" in bad.stderr
