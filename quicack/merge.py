@@ -15,13 +15,10 @@ import duckdb
 
 from .model import SCHEMA_VERSION, QuicackError
 from .store import Store, table_names
+from .sqltext import quote
 
 #: surrogate keys and the table that numbers them
 KEYS = {"file_id": "files", "connection_id": "connections", "run_id": "runs"}
-
-
-def _quote(path: str) -> str:
-    return "'" + path.replace("'", "''") + "'"
 
 
 def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
@@ -40,7 +37,7 @@ def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
             if version != SCHEMA_VERSION:
                 raise QuicackError(f"store has schema version {version}, this quicack writes "
                                    f"{SCHEMA_VERSION}; open it with this quicack first", source)
-            con.execute(f"ATTACH {_quote(source)} AS src (READ_ONLY)")
+            con.execute(f"ATTACH {quote(source)} AS src (READ_ONLY)")
             try:
                 clash = con.execute("SELECT s.name, s.shard FROM src.runs s JOIN runs r "
                                     "USING (name, shard) LIMIT 1").fetchall()

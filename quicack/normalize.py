@@ -31,6 +31,7 @@ import duckdb
 from . import qlog
 from .model import TraceInfo
 from .rows import insert as insert_rows
+from .sqltext import quote
 
 PACKET_EVENTS = ("packet_sent", "packet_received")
 #: events that have a table of their own; all others go to other_events
@@ -136,7 +137,7 @@ def _lit(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return f"{float(value)!r}::DOUBLE"
-    return "'" + str(value).replace("'", "''") + "'"
+    return quote(value)
 
 
 def _in(names: list[str]) -> str:

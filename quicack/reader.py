@@ -49,6 +49,7 @@ import pyarrow as pa
 from . import qlog
 from .model import QuicackError, TraceInfo
 from .normalize import slice_key
+from .sqltext import quote
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
 SLICE_BYTES = 16 << 20
@@ -446,10 +447,6 @@ def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
                 return QuicackError(f"malformed event records: {_duck_message(e)}", name)
 
 
-def _sql_path(p: str) -> str:
-    return p.replace("'", "''")
-
-
 # --- whole JSON documents, streamed -----------------------------------------------------------
 
 _EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')
@@ -646,7 +643,7 @@ def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int
             out.write(b"]")
             out.flush()
             try:
-                n = side.execute(f"SELECT count(*) FROM read_json_objects('{_sql_path(tmp)}', "
+                n = side.execute(f"SELECT count(*) FROM read_json_objects({quote(tmp)}, "
                                  f"format='array', maximum_object_size={MAX_OBJECT_BYTES})").fetchall()[0][0]
             except duckdb.Error:
                 continue
@@ -656,7 +653,7 @@ def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int
 
 
 def _first_element(side, tmp: str):
-    found = side.execute(f"SELECT json FROM read_json_objects('{_sql_path(tmp)}', format='array', "
+    found = side.execute(f"SELECT json FROM read_json_objects({quote(tmp)}, format='array', "
                          f"maximum_object_size={MAX_OBJECT_BYTES}) LIMIT 1").fetchall()
     return orjson.loads(found[0][0]) if found else None
 
@@ -811,12 +808,12 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
         line_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
         # A JSON-SEQ line is RS + record: RS is the delimiter, so the record is the second field
         # (NDJSON lines and lines whose RS became a newline have one field, padded with NULL).
-        rows = (f"SELECT coalesce(r, line) AS rec FROM read_csv('{_sql_path(part.path)}', delim=chr(30), "
+        rows = (f"SELECT coalesce(r, line) AS rec FROM read_csv({quote(part.path)}, delim=chr(30), "
                 "quote='', escape='', header=false, auto_detect=false, null_padding=true, "
                 f"columns={{'line': 'VARCHAR', 'r': 'VARCHAR'}}, max_line_size={line_bytes}, new_line='\\n') "
                 "WHERE coalesce(r, line) IS NOT NULL AND (ascii(coalesce(r, line)) > 32 OR trim(coalesce(r, line)) <> '')")
     else:
-        rows = (f"SELECT json AS rec FROM read_json_objects('{_sql_path(part.path)}', format='array', "
+        rows = (f"SELECT json AS rec FROM read_json_objects({quote(part.path)}, format='array', "
                 f"maximum_object_size={MAX_OBJECT_BYTES})")
     if info.layout == ("object",):
         select = f"""SELECT s.time AS time, coalesce(s.name, s.category || ':' || coalesce(s.event, s.type)) AS name,

@@ -18,6 +18,7 @@ import pyarrow as pa
 from .htmlpage import CLASS_COLOURS, CLASS_ORDER, Page, cdf_figure, esc
 from .provider import AsNames, attribute
 from .store import Store
+from .sqltext import quote
 
 #: Quantile points of the per-provider CDFs.
 POINTS = 101
@@ -151,7 +152,7 @@ def _quantiles(store: Store, expr: str, where: str) -> pl.DataFrame:
     if not providers:
         return pl.DataFrame()
     qs = [i / (POINTS - 1) for i in range(POINTS)]
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in providers)
+    listed = ", ".join(quote(p) for p in providers)
     return store.sql(f"""SELECT * FROM (SELECT provider AS g, unnest(quantile_cont(v, {qs})) AS value,
                                 unnest({qs}) AS p, any_value(n) AS n
         FROM (SELECT provider, ({expr}) AS v, count(*) OVER (PARTITION BY provider) AS n FROM sp
