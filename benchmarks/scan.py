@@ -190,7 +190,7 @@ def bench_probes(args) -> None:
             share = per_worker.get(w, 0)
             print(f"  worker {w}: {share} probes, {cpu:.2f} CPU-s"
                   f"{f' ({cpu / share * 1000:.2f} ms a probe)' if share else ''}")
-        print(f"  parent:   {parent_probing_cpu:.2f} CPU-s while probing, {ingest * n:.2f} CPU-s ingesting after")
+        print(f"  parent:   {parent_probing_cpu:.2f} CPU-s while probing, {ingest:.2f} CPU-s ingesting after")
     print(f"gap error |scanner − capture| ms: {quantiles(errors)}  (target p99 ≤ 0.2)")
     print(f"gap error |qlog in store − capture| ms: {quantiles(qlog_errors)}")
     print(f"event-loop lag (kernel receive → processing) ms: {quantiles(lags)}")
