@@ -114,12 +114,16 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
                  FROM packets WHERE connection_id >= {first}
                  QUALIFY row_number() OVER (PARTITION BY connection_id ORDER BY event_index) <= {HANDSHAKE_WINDOW}"""
     packets = con.sql(f"{window} ORDER BY connection_id, event_index").to_arrow_table()
-    frames = con.sql(f"""
+    # (the window's last packet per connection read off the fetched table, by DuckDB's
+    # replacement scan of this local: the window is not computed twice)
+    quicack_hs_packets = packets  # noqa: F841
+    frames = con.sql("""
         SELECT f.connection_id, f.event_index, f.frame_type, f.ack_delay_ms, f.largest_acknowledged,
                f.acked_ranges, f.offset_bytes, f.length_bytes, f.stream_id,
                CASE WHEN f.details IS NOT NULL
                     THEN coalesce(f.details->>'error_code', f.details->>'raw_error_code') END
-        FROM frames f JOIN (SELECT connection_id, max(event_index) AS last FROM ({window}) GROUP BY ALL) w
+        FROM frames f JOIN (SELECT connection_id, max(event_index) AS last FROM quicack_hs_packets
+                            GROUP BY ALL) w
              ON f.connection_id = w.connection_id AND f.event_index <= w.last
         ORDER BY f.connection_id, f.event_index, f.position""").to_arrow_table()
     f_cid, f_event, *f_values = (c.to_pylist() for c in frames.columns)
@@ -152,15 +156,15 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
 
 def _frame(f: tuple) -> Frame:
     kind, delay, largest, ranges, offset, length, stream, code = f
-    if ranges is None and largest is None:
-        return Frame(kind, delay, None, (), offset, length, stream, code)
     return Frame(kind, delay, largest, _ranges(ranges, largest), offset, length, stream, code)
 
 
 def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
     """ACK ranges as pairs; producers that log only the largest acknowledged (pcap2qlog 0.1)
     get that one packet as their only range."""
-    pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
+    if not ranges:  # (most frames are not ACKs)
+        return () if largest is None else ((largest, largest),)
+    pairs = tuple((r[0], r[1]) for r in ranges if r and len(r) == 2 and r[0] is not None)
     if not pairs and largest is not None:
         return ((largest, largest),)
     return pairs

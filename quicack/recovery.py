@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 INITIAL = "initial"
@@ -298,22 +298,10 @@ class SentLog:
             i -= 1
         return None
 
-    def take_range(self, low: int, high: int, before: int) -> Iterator[int]:
-        """Remove and yield the positions in flight with packet numbers in [low, high], sent
-        before trace position ``before``."""
-        i = self._alive(bisect_left(self.numbers, low))
-        end = bisect_right(self.numbers, high)
-        while i < end:
-            if self.sent_at[i] < before:
-                self._next[i] = i + 1
-                yield i
-                i = self._alive(i + 1)
-            else:
-                i = self._alive(i + 1)  # logged after the ACK: not acknowledged by it
-
     def take_ranges(self, ranges, before: int) -> tuple[bool, bool]:
-        """:meth:`take_range` over every range at once: (any packet newly acknowledged, any of
-        them ack-eliciting) — the loop of an ACK, inlined (it runs for every packet acknowledged)."""
+        """Remove the packets in flight with numbers in the ACK's inclusive ``ranges`` that were sent
+        before trace position ``before``: (any packet newly acknowledged, any of them ack-eliciting).
+        (One inlined loop: it runs for every packet acknowledged.)"""
         numbers, sent_at, nxt, eliciting = self.numbers, self.sent_at, self._next, self.eliciting
         newly_any = newly_eliciting = False
         for low, high in ranges:

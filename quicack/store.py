@@ -55,11 +55,6 @@ def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: analyzed and committed on one thread (the caller's setting is restored afterwards).
 ONE_THREAD_FRAMES = 122_880
 
-#: qlog files up to this size (one slice of reader.SLICE_BYTES) are ingested with DuckDB on one
-#: thread: its statements over a slice's few thousand to hundred thousand rows then cost ~20 %
-#: less CPU and no more wall time (a scan's batch file of 1000 probes: 1.2 → 0.95 CPU-s).
-ONE_THREAD_QLOG_BYTES = 16 << 20
-
 #: Files up to this size are hashed before staging; larger ones while staging, in a thread.
 SYNC_HASH_BYTES = 8 << 20
 
@@ -206,8 +201,13 @@ class Store:
                                              dissection, threads)
                 finally:
                     self.con.execute(f"SET threads = {threads}")
+            from . import reader  # qlog only: a capture never loads it (~20 ms of imports)
+
             settings = dict(INGEST_SETTINGS)
-            if size <= ONE_THREAD_QLOG_BYTES:
+            if size <= reader.SLICE_BYTES:
+                # A file of one slice is ingested with DuckDB on one thread: its statements over a
+                # few thousand to a hundred thousand rows then cost ~20 % less CPU and no more
+                # wall time (a scan's batch file of 1000 probes: 1.2 → 0.95 CPU-s).
                 settings["threads"] = "1"
             saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in settings}
             for k, v in settings.items():
