@@ -71,6 +71,16 @@ from .model import SERVE_MODES as MODES  # ACK behaviours a listener can have (m
 from .model import QuicackError
 
 
+#: RFC 9002 §6.2.2: "When no previous RTT is available, the initial RTT SHOULD be set to 333
+#: milliseconds.  This results in handshakes starting with a PTO of 1 second".  aioquic's PTO
+#: before any RTT sample is twice its ``initial_rtt`` (default 100 ms: 200 ms), so a listener
+#: whose return path is longer than that (``extra_delay_ms``) would resend its whole first
+#: flight before the client's ACK could arrive; like the scanner (:data:`quicack.probe.FIRST_PTO_S`),
+#: a listener starts with the RFC's 1 s PTO.
+FIRST_PTO_S = 0.999
+INITIAL_RTT_S = FIRST_PTO_S / 2
+
+
 @dataclass(frozen=True)
 class ListenerSpec:
     """One UDP listener: where, and how it behaves."""
@@ -404,7 +414,7 @@ class Running:
 
 def _configuration(spec: ListenerSpec, cert, key, qlog_dir: Path | None) -> QuicConfiguration:
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN, certificate=cert,
-                               private_key=key, idle_timeout=10.0)
+                               private_key=key, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S)
     if spec.mode == "vn":
         config.supported_versions = [QuicProtocolVersion.VERSION_2]
     if spec.mode == "alert":  # no ALPN in common: TLS alert no_application_protocol (120)

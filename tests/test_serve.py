@@ -197,3 +197,22 @@ def test_the_probe_retransmits_its_clienthello_after_the_rfc_9002_first_pto():
     client.handle_timer(0.999)
     resent = client.datagrams_to_send(0.999)
     assert len(resent) >= 1 and len(resent[0][0]) >= 1200  # the Initial again, padded
+
+
+def test_a_listener_waits_the_rfc_9002_first_pto_before_resending_its_first_flight():
+    # RFC 9002 §6.2.2 again, on the server side: a listener whose return path is long
+    # (extra_delay_ms 400, as the scan benchmark uses) must not resend its whole first flight
+    # before the client's ACK can arrive, as aioquic's 200 ms default PTO would.
+    spec = serve.ListenerSpec(*SERVER, mode="wfc")
+    client, _ = pair("wfc")
+    server = serve.ServerConnection(
+        spec=spec, configuration=serve._configuration(spec, CERT, KEY, None),
+        original_destination_connection_id=client.original_destination_connection_id)
+    deliver(client, server, 0.0, CLIENT, SERVER)
+    server.handle_timer(0.0)  # (the certificate is ready at once)
+    assert deliver(server, client, 0.0, SERVER, CLIENT)  # the first flight
+    assert server.get_timer() == pytest.approx(0.999)
+    server.handle_timer(0.5)
+    assert server.datagrams_to_send(0.5) == []
+    server.handle_timer(0.999)
+    assert server.datagrams_to_send(0.999)  # the flight again (a PTO probe)
