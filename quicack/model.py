@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 #: Bumped whenever the mapping from input to rows changes; a store re-ingests a file only when
 #: asked (``--reanalyze``) or when the file was ingested by another analysis version.
@@ -145,8 +146,9 @@ class Summary:
 
 # --- one connection's packets, as the pure analyses (classify, recovery) see them -------------
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
+    # (named tuples, not dataclasses: the analysis builds one per frame of every connection's
+    # handshake window, and a frozen dataclass costs several times as much to create)
     frame_type: str
     ack_delay_ms: float | None = None
     largest_acknowledged: int | None = None
@@ -159,8 +161,7 @@ class Frame:
     error_code: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Packet:
+class Packet(NamedTuple):
     event_index: int
     time_ms: float
     direction: str  # 'sent' / 'received' from the vantage point
@@ -172,7 +173,13 @@ class Packet:
     frames: tuple[Frame, ...] = ()
 
     def has(self, frame_type: str) -> bool:
-        return any(f.frame_type == frame_type for f in self.frames)
+        for f in self.frames:
+            if f.frame_type == frame_type:
+                return True
+        return False
 
     def first(self, frame_type: str) -> Frame | None:
-        return next((f for f in self.frames if f.frame_type == frame_type), None)
+        for f in self.frames:
+            if f.frame_type == frame_type:
+                return f
+        return None
