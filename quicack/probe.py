@@ -36,8 +36,6 @@ hundreds of probes in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import socket
 import ssl
 import time
@@ -53,7 +51,7 @@ from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_transport_parameters
 from aioquic.tls import Epoch, Group, State
 
-from . import rxtime
+from . import collector, rxtime
 from .model import USER_AGENT
 
 CRYPTO_ERROR = 0x100
@@ -213,21 +211,11 @@ class ScanConnection(QuicConnection):
         super()._receive_version_negotiation_packet(header, now)
 
 
-@contextlib.contextmanager
 def tuned_gc():
-    """For a stretch of many probes: freeze what exists (modules, tables) out of the collector's
-    reach and collect the youngest generation less often.  Probes make few cycles; with the
-    defaults, collections triggered by their many small objects cost ~1 ms per probe.  Undone
-    on exit."""
-    previous = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*previous)
-        gc.unfreeze()
+    """For a stretch of many probes (:func:`quicack.collector.tuned`): probes make few cycles;
+    with the collector's defaults, collections triggered by their many small objects cost ~1 ms
+    per probe."""
+    return collector.tuned(collect_first=True)
 
 
 def _accept_signature(verify) -> None:

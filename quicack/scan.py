@@ -96,11 +96,16 @@ class ScanOptions:
     workers: int | str = "auto"
     pcap: str | None = None
     pcap_interface: str | None = None
-    #: probes per batch qlog file: ingesting a file costs ~0.3 s whatever its size plus ~1 ms a
-    #: probe, so larger files amortize it; a batch also goes out once its first probe is
-    #: ``batch_age_s`` old (a scan killed with SIGKILL probes the unwritten ones again)
-    batch_size: int = 1000
+    #: probes per batch qlog file: ingesting a file costs ~0.3 s whatever its size plus ~0.7 ms
+    #: a probe, so larger files amortize it; a batch also goes out once its first probe is
+    #: ``batch_age_s`` old (a scan killed with SIGKILL probes the unwritten ones again), or
+    #: once its qlogs reach ``batch_bytes``: a batch file stays below
+    #: ``reader.WHOLE_JSON_BYTES`` (16 MB), so it is parsed whole (~0.1 ms a probe) and not by
+    #: the streaming pass (~3 ms a trace), whatever size the probes' qlogs have (real servers'
+    #: longer certificate chains and responses make them several times the local servers')
+    batch_size: int = 2000
     batch_age_s: float = 10.0
+    batch_bytes: int = 14 << 20
     #: ingest each batch's qlog file while probing (probes join connections as the scan goes);
     #: by default the files are ingested once probing ends, so that ingest (classification and
     #: replay included) does not take CPU from the probes and bend their timing
@@ -550,6 +555,7 @@ class Writer(threading.Thread):
         try:
             batch: list = []
             started = None
+            size = 0  # bytes of the batch's qlogs
             while True:
                 timeout = None if not batch else max(0.0, started + self.opts.batch_age_s - time.monotonic())
                 try:
@@ -562,10 +568,15 @@ class Writer(threading.Thread):
                 if item != "flush":
                     if not batch:
                         started = time.monotonic()
+                    trace = item[1]
+                    if batch and trace is not None and size + len(trace) > self.opts.batch_bytes:
+                        self.flush(batch)  # this probe would take the file past batch_bytes
+                        batch, size, started = [], 0, time.monotonic()
                     batch.append(item)
+                    size += len(trace) if trace is not None else 0
                 if item == "flush" or len(batch) >= self.opts.batch_size:
                     self.flush(batch)
-                    batch = []
+                    batch, size = [], 0
         except BaseException as e:  # reported by finish()
             self.error = e
 

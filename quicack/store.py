@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from . import analysis, capture, pcap, scanstore
+from . import analysis, capture, collector, pcap, scanstore
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
@@ -213,7 +213,8 @@ class Store:
             for k, v in settings.items():
                 self.con.execute(f"SET {k} = '{v}'")
             try:
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+                with collector.tuned():  # (a scan's batch file: ~500k objects a thousand probes)
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
             finally:
                 for k, v in saved.items():
                     self.con.execute(f"SET {k} = '{v}'")

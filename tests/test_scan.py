@@ -7,6 +7,7 @@ frames are read from the store the scan filled (the client's qlog of each probe,
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -199,6 +200,19 @@ def test_cold_then_warm_schedule(tmp_path, servers):
     # warm probes follow the previous one at once (the 5 s spacing does not apply)
     for before, after in zip(rows, rows[1:]):
         assert after[2] - (before[2] + before[3]) < 1000.0
+
+
+def test_a_batch_file_stays_below_batch_bytes(tmp_path, servers):
+    # a probe's qlog here is ~6 KB: 15 KB holds two, so 8 probes make 4 files of 2 (the bound
+    # keeps real scans' batch files small enough to be parsed whole, ScanOptions.batch_bytes)
+    summary, con = run_scan(tmp_path, servers, NAMES[:4], repetitions=2, concurrency=8,
+                            batch_bytes=15_000)
+    assert summary.outcomes == {"ok": 8}
+    files = con.execute("SELECT qlog_path, count(*) FROM probes GROUP BY 1 ORDER BY 1").fetchall()
+    assert len(files) >= 4 and all(n <= 2 for _, n in files)
+    assert all(Path(path).stat().st_size <= 15_000 + len(scan.QLOG_HEADER) + 2 for path, _ in files)
+    # every probe's file was ingested and joins its connection
+    assert con.execute("SELECT count(*) FROM probes JOIN connections USING (connection_id)").fetchall() == [(8,)]
 
 
 def test_scan_and_serve_usage_errors_are_one_line(tmp_path):
