@@ -67,6 +67,9 @@ def test_each_mode_has_its_first_flight_and_the_iack_gap_is_the_certificate_dela
     joined = con.execute("SELECT count(*) FROM probes p JOIN connections c USING (connection_id) "
                          "WHERE c.vantage = 'client'").fetchall()[0][0]
     assert joined == 12
+    # the certificate the listeners present (serve.self_signed: self-issued), on every probe
+    assert con.execute("SELECT DISTINCT cert_subject, cert_issuer FROM probes").fetchall() == [
+        ("O=quicack test server,CN=quicack-serve",) * 2]
     flights = first_server_initials(con)
     client_sent = dict(((d, r), t) for d, r, t in con.execute("""
         SELECT p.domain, p.repetition, min(k.time_ms) FROM probes p JOIN packets k USING (connection_id)
