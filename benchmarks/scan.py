@@ -1,7 +1,7 @@
 """Scanner figures: probes/s, the scanner's own CPU per probe, and its ACK→ServerHello gap
 against a packet capture of the same probes; plus memory while streaming a 1M-line list.
 
-    python benchmarks/scan.py [--probes 2000] [--concurrency 200] [--workers auto|N]
+    python benchmarks/scan.py [--probes 2000] [--concurrency 200] [--workers auto|N] [--repeat 5]
     python benchmarks/scan.py --list-lines 1000000      # streaming memory only
 
 Local `quicack serve` listeners (iack with 5/10/20 ms certificate delays and an extra delay on
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -198,6 +200,10 @@ def bench_probes(args) -> None:
           f"{args.extra_delay_ms:g} ms extra delay) ms: "
           f"{quantiles([v - args.extra_delay_ms for v in turnaround.values()])}")
     print(f"(folder {tmp})")
+    return {"probing": (probing + storing) * ms, "ingest": ingest * ms,
+            "total": (probing + storing + ingest) * ms, "probes_s": n / probing_wall,
+            "gap_p99": sorted(errors)[min(len(errors) - 1, int(0.99 * len(errors)))] if errors else None,
+            "folder": tmp}
 
 
 def bench_list(args) -> None:
@@ -225,11 +231,29 @@ def main() -> None:
     parser.add_argument("--extra-delay-ms", type=float, default=400.0)
     parser.add_argument("--list-lines", type=int, default=0,
                         help="measure streaming memory with a list of this many lines instead")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the scan this many times and end with the median and best of "
+                        "each figure (this VM's speed drifts by ±20 %% between runs)")
     args = parser.parse_args()
     if args.list_lines:
         bench_list(args)
-    else:
-        bench_probes(args)
+        return
+    runs = []
+    for i in range(args.repeat):
+        if args.repeat > 1:
+            print(f"--- run {i + 1} of {args.repeat}")
+        runs.append(bench_probes(args))
+        if i < args.repeat - 1:
+            shutil.rmtree(runs[-1]["folder"], ignore_errors=True)
+    if args.repeat > 1:
+        print(f"--- {args.repeat} runs, CPU per probe (ms) as run / median / best:")
+        for key in ("probing", "ingest", "total"):
+            values = [r[key] for r in runs]
+            print(f"  {key:8s} {', '.join(f'{v:.2f}' for v in values)}  /  "
+                  f"{statistics.median(values):.2f}  /  {min(values):.2f}")
+        rates = ", ".join(f"{r['probes_s']:.0f}" for r in runs)
+        gaps = ", ".join(f"{r['gap_p99']:.3f}" for r in runs if r["gap_p99"] is not None)
+        print(f"  probes/s while probing: {rates}; gap error p99 (ms): {gaps}")
 
 
 if __name__ == "__main__":
