@@ -55,12 +55,12 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
         [first_connection_id]).fetchall()]
     if not ids:
         return
-    handshakes = {cid: classify(packets, close=closes.get(cid))
+    unreadable = _unreadable_from(con, first_connection_id)
+    handshakes = {cid: classify(packets, close=closes.get(cid), unreadable_from_ms=unreadable.get(cid))
                   for cid, packets, closes in _handshake_inputs(con, first_connection_id, ids)}
     replayed = {row[0]: row[1:] for row in _replay_all(con, first_connection_id, handshakes)}
     _update_connections(con, handshakes, replayed)
     _fill_sql_figures(con, first_connection_id)
-    _distrust_gso_captures(con, first_connection_id)
 
 
 def _update_connections(con, handshakes: dict[int, Handshake], replayed: dict[int, tuple]) -> None:
@@ -207,17 +207,16 @@ def _fill_sql_figures(con, first_id: int) -> None:
                 [first_id])
 
 
-def _distrust_gso_captures(con, first_id: int) -> None:
-    """A capture whose UDP GSO super-frames (several datagrams tshark saw as one and could not
-    split or decrypt) come before the ServerHello may hide the real first flight: its class is
-    ``unknown`` (reason ``gso_superframes``), with what the visible packets said kept in the notes."""
-    con.execute("""UPDATE connections c SET handshake_class = 'unknown', handshake_reason = 'gso_superframes',
-            handshake_notes = list_append(coalesce(c.handshake_notes, []), 'visible_packets_say_' || c.handshake_class)
-        WHERE c.connection_id >= $first AND c.handshake_class <> 'unknown' AND EXISTS (
-            SELECT 1 FROM capture_issues i WHERE i.connection_id = c.connection_id AND i.kind = 'gso_superframe'
-              AND (c.server_hello_event_index IS NULL OR i.epoch_ms <= (
-                   SELECT p.epoch_ms FROM packets p WHERE p.connection_id = c.connection_id
-                     AND p.event_index = c.server_hello_event_index)))""", {"first": first_id})
+def _unreadable_from(con, first_id: int) -> dict[int, float]:
+    """Per new connection of a capture with UDP GSO super-frames (``capture_issues``): the trace
+    time (``time_ms``) of the first one, for :func:`quicack.classify.classify`."""
+    return dict(con.execute("""
+        SELECT i.connection_id, min(i.epoch_ms) - any_value(b.base_ms)
+        FROM capture_issues i
+        JOIN (SELECT connection_id, min(epoch_ms - time_ms) AS base_ms FROM packets
+              WHERE connection_id >= $first AND epoch_ms IS NOT NULL GROUP BY ALL) b USING (connection_id)
+        WHERE i.connection_id >= $first AND i.kind = 'gso_superframe' GROUP BY ALL""",
+        {"first": first_id}).fetchall())
 
 
 # --- RFC 9002 replay ------------------------------------------------------------------------------

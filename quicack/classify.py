@@ -11,7 +11,8 @@ at the attempt after the last one and say so in the notes.  Pure: packets in, re
 
 Producers that do not log CRYPTO frames (quant) are handled by packet size: the first server
 Initial of at least :data:`SERVER_HELLO_MIN_BYTES` bytes is taken as the ServerHello, and the
-reason says so.
+reason says so.  A capture that holds datagrams it could not read (UDP GSO super-frames) before
+the ServerHello is not trusted with a class (``unknown``, reason ``gso_superframes``).
 """
 
 from __future__ import annotations
@@ -157,8 +158,20 @@ RULES: list[Rule] = [
 ]
 
 
-def classify(packets: Sequence[Packet], *, close: Close | None = None) -> Handshake:
-    """Classify one connection from its packets in trace order (the handshake part suffices)."""
+#: the reason when :func:`classify` distrusts what a capture shows (``unreadable_from_ms``)
+GSO_SUPERFRAMES = "gso_superframes"
+
+
+def classify(packets: Sequence[Packet], *, close: Close | None = None,
+             unreadable_from_ms: float | None = None) -> Handshake:
+    """Classify one connection from its packets in trace order (the handshake part suffices).
+
+    ``unreadable_from_ms``: for a capture, the trace time of the first datagram it holds but
+    could not read (a UDP GSO super-frame: several datagrams captured before segmentation, which
+    tshark can neither split nor decrypt).  If that comes before the ServerHello, the visible
+    packets may not be the server's first flight: the class is ``unknown`` (reason
+    ``gso_superframes``) and the note ``visible_packets_say_<class>`` keeps what they said.
+    """
     packets = list(packets)
     notes: list[str] = []
     attempt_start = _last_restart(packets, notes)
@@ -197,9 +210,13 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None) -> Handsh
         close=close,
         partial_clienthello=partial,
     )
-    for condition, klass, reason in RULES:
+    for condition, klass, rule_reason in RULES:
         if condition(facts):
+            reason = rule_reason(facts)
             break
+    if unreadable_from_ms is not None and klass != UNKNOWN and (sh is None or unreadable_from_ms <= sh.time_ms):
+        notes.append(f"visible_packets_say_{klass}")
+        klass, reason = UNKNOWN, GSO_SUPERFRAMES
 
     t0 = next((p.time_ms for p in packets if p.sender == "client" and p.packet_type == "initial"), None)
     first_ack = ack.first("ack") if ack is not None else None
@@ -211,7 +228,7 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None) -> Handsh
     first_server = next((p for p in packets if p.sender == "server"), None)
     return Handshake(
         handshake_class=klass,
-        reason=reason(facts),
+        reason=reason,
         notes=tuple(notes),
         client_initial_time_ms=t0,
         ack_time_ms=ack.time_ms if ack else None,

@@ -163,3 +163,20 @@ def test_server_vantage_uses_send_times():
     tr = Trace("server").add(4.4, "client", "initial", 0, CH).add(12.85, "server", "initial", 0, ack_of((0, 0)), SH)
     h = classify(tr.packets)
     assert h.handshake_class == "wfc" and h.first_server_packet_ms == 12.85 - 4.4
+
+
+def test_a_capture_that_could_not_read_datagrams_before_the_serverhello_is_unknown():
+    # a network capture: unreadable (GSO super-frame) datagrams from 5 ms on may hide an
+    # instant ACK before what looks like a wfc first flight
+    tr = Trace(vantage="network").add(0, "client", "initial", 0, CH)
+    tr.add(20, "server", "initial", 0, ack_of((0, 0)), SH).finish(25)
+    assert classify(tr.packets).handshake_class == "wfc"
+    hidden = classify(tr.packets, unreadable_from_ms=5.0)
+    assert (hidden.handshake_class, hidden.reason) == ("unknown", "gso_superframes")
+    assert hidden.notes == ("visible_packets_say_wfc",)
+    # after the ServerHello they hide nothing the class rests on
+    after = classify(tr.packets, unreadable_from_ms=21.0)
+    assert (after.handshake_class, after.notes) == ("wfc", ())
+    # a connection the rules already call unknown keeps its own reason
+    empty = classify([], unreadable_from_ms=0.0)
+    assert (empty.handshake_class, empty.reason) == ("unknown", "no_packets")
