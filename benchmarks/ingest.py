@@ -27,6 +27,9 @@ from pathlib import Path
 
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (benchmarks/machine.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests/data/qvis/visualizations/public/standalone_data/draft-01/doublevantage_100ms.qlog"
 
@@ -131,6 +134,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="quicack-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; files in {workdir}")
+    print(machine.speed_line())
     cases = [("JSON-SEQ", workdir / "big.sqlog", build_seq, args.seq_mb),
              ("JSON", workdir / "big.qlog", build_json, args.json_mb)]
     for label, path, build, mb in cases:

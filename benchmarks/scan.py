@@ -36,6 +36,8 @@ import duckdb  # noqa: E402
 
 from quicack import cidtag, dumpcap, scan, serve  # noqa: E402
 
+import machine  # noqa: E402  (benchmarks/machine.py)
+
 
 def cpu_s(who: int) -> float:
     r = resource.getrusage(who)
@@ -238,6 +240,7 @@ def main() -> None:
     if args.list_lines:
         bench_list(args)
         return
+    print(machine.speed_line())
     runs = []
     for i in range(args.repeat):
         if args.repeat > 1:
@@ -254,6 +257,7 @@ def main() -> None:
         rates = ", ".join(f"{r['probes_s']:.0f}" for r in runs)
         gaps = ", ".join(f"{r['gap_p99']:.3f}" for r in runs if r["gap_p99"] is not None)
         print(f"  probes/s while probing: {rates}; gap error p99 (ms): {gaps}")
+        print(machine.speed_line())
 
 
 if __name__ == "__main__":
