@@ -64,6 +64,12 @@ if TYPE_CHECKING:
 # this module (their options are a ScanOptions) and need aioquic only (~0.2 s less start-up).
 
 RESUME_CHUNK = 1000
+#: A worker sends its finished probes to the parent in messages of up to RESULT_BATCH probes, at
+#: most RESULT_DELAY_S after the first of them finished; the parent sends jobs to a worker in one
+#: message per event-loop iteration.  One pickle and a few syscalls per message instead of per
+#: probe: with many workers the parent is what caps the scan's rate.
+RESULT_BATCH = 64
+RESULT_DELAY_S = 0.05
 QLOG_HEADER = b'{"qlog_format":"JSON","qlog_version":"0.3","title":"quicack scan","traces":['
 
 
@@ -376,11 +382,27 @@ async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share
     ready_cpu = time.process_time()  # start-up (interpreter, imports) is not probing
     closed = loop.create_future()
 
-    def deliver(row, trace_json, keylog):
+    pending: list[tuple] = []  # finished probes not sent yet
+    flush_at: list = []  # the scheduled flush, if any
+
+    def flush() -> None:
+        flush_at.clear()
+        if not pending:
+            return
         try:
-            conn.send(("probe", row, trace_json, keylog))
+            conn.send(("probes", pending[:]))
         except (BrokenPipeError, EOFError, OSError):
             os._exit(1)  # the parent is gone
+        pending.clear()
+
+    def deliver(row, trace_json, keylog):
+        pending.append((row, trace_json, keylog))
+        if len(pending) >= RESULT_BATCH:
+            if flush_at:
+                flush_at[0].cancel()
+            flush()
+        elif not flush_at:
+            flush_at.append(loop.call_later(RESULT_DELAY_S, flush))
 
     executor = Executor(opts, run_tag, deliver, worker, share)
 
@@ -395,14 +417,18 @@ async def _worker_loop(conn, opts: ScanOptions, run_tag: int, worker: int, share
                     if not closed.done():
                         closed.set_result(None)
                     return
-                else:
-                    executor.submit(message)
+                else:  # ("jobs", [job, …])
+                    for job in message[1]:
+                        executor.submit(job)
         except (EOFError, OSError):
             os._exit(1)
 
     loop.add_reader(conn.fileno(), readable)
     await closed
     await executor.drain()
+    if flush_at:
+        flush_at[0].cancel()
+    flush()
     conn.send(("finished", worker, time.process_time() - ready_cpu, ready_cpu))
     conn.close()
 
@@ -434,6 +460,7 @@ class WorkerPool:
         self.conns = []
         self.processes = []
         self.load = [0] * count  # probes in flight per worker
+        self.outbox: list[list[Job]] = [[] for _ in range(count)]  # jobs not sent yet
         self.addresses: dict[str, list] = {}  # address → [worker, probes in flight]
         self.finished = asyncio.get_running_loop().create_future()
         self.failure: QuicackError | None = None
@@ -456,15 +483,17 @@ class WorkerPool:
         conn = self.conns[worker]
         try:
             while conn.poll():
-                kind, row, trace_json, keylog = conn.recv()
-                if kind == "finished":
-                    self.probing_cpu_s += trace_json
-                    self.cpu_s_each[worker] = trace_json
-                    self.startup_cpu_s += keylog
+                message = conn.recv()
+                if message[0] == "finished":
+                    _, _, probing_cpu_s, startup_cpu_s = message
+                    self.probing_cpu_s += probing_cpu_s
+                    self.cpu_s_each[worker] = probing_cpu_s
+                    self.startup_cpu_s += startup_cpu_s
                     self._closed(worker, finished=True)
                     return
-                self.completed(row)
-                self.deliver(row, trace_json, keylog)
+                for row, trace_json, keylog in message[1]:  # ("probes", [...])
+                    self.completed(row)
+                    self.deliver(row, trace_json, keylog)
         except (EOFError, OSError):
             self._closed(worker)
 
@@ -492,7 +521,17 @@ class WorkerPool:
             entry = self.addresses[job.address] = [worker, 0]
         entry[1] += len(job.repetitions)
         self.load[entry[0]] += len(job.repetitions)
-        self.conns[entry[0]].send(job)
+        if not any(self.outbox):
+            asyncio.get_running_loop().call_soon(self._send_jobs)
+        self.outbox[entry[0]].append(job)
+
+    def _send_jobs(self) -> None:
+        """The jobs submitted during one event-loop iteration, one message per worker."""
+        for worker, jobs in enumerate(self.outbox):
+            if jobs:
+                self.outbox[worker] = []
+                with contextlib.suppress(OSError):  # a dead worker is noticed by _readable
+                    self.conns[worker].send(("jobs", jobs))
 
     def completed(self, row: dict) -> None:
         entry = self.addresses.get(row["address"])
@@ -503,11 +542,13 @@ class WorkerPool:
                 del self.addresses[row["address"]]
 
     def stop(self) -> None:
+        self._send_jobs()
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send("stop")
 
     async def drain(self) -> None:
+        self._send_jobs()
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send("finish")
