@@ -52,7 +52,7 @@ from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_transport_parameters
 from aioquic.tls import Epoch, Group, State
 
-from . import collector, rxtime
+from . import collector, recovery, rxtime
 from .model import USER_AGENT
 
 CRYPTO_ERROR = 0x100
@@ -63,8 +63,8 @@ CRYPTO_BYTES_PER_INITIAL = 1150
 #: milliseconds.  This results in handshakes starting with a PTO of 1 second".  aioquic's first
 #: PTO is twice its ``initial_rtt`` (default 100 ms: 200 ms, where a server farther or slower
 #: than that gets the ClientHello again before its first answer can arrive, costing both sides
-#: a flight); the scanner starts with the RFC's 1 s PTO instead.
-FIRST_PTO_S = 0.999
+#: a flight); the scanner starts with the RFC's 1 s PTO instead (and so do the local servers).
+FIRST_PTO_S = recovery.FIRST_PTO_MS / 1000.0
 INITIAL_RTT_S = FIRST_PTO_S / 2  # aioquic: PTO before any RTT sample = 2 × initial_rtt
 
 

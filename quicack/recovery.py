@@ -28,6 +28,9 @@ SPACES = (INITIAL, HANDSHAKE, APPLICATION)
 K_GRANULARITY_MS = 1.0
 #: §6.2.2: "When no previous RTT is available, the initial RTT SHOULD be set to 333 milliseconds."
 K_INITIAL_RTT_MS = 333.0
+#: §6.2.2: "This results in handshakes starting with a PTO of 1 second": §5.3 sets rttvar to
+#: half the initial RTT, so the first PTO is 333 + max(4 × 166.5, kGranularity) = 999 ms.
+FIRST_PTO_MS = K_INITIAL_RTT_MS + max(4 * K_INITIAL_RTT_MS / 2, K_GRANULARITY_MS)
 #: RFC 9000 §18.2 max_ack_delay: "If this value is absent, a default of 25 milliseconds is assumed."
 DEFAULT_MAX_ACK_DELAY_MS = 25.0
 

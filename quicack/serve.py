@@ -66,19 +66,17 @@ from aioquic.tls import Epoch
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from . import certificate, rxtime, targets
+from . import certificate, recovery, rxtime, targets
 from .model import SERVE_MODES as MODES  # ACK behaviours a listener can have (module docstring)
 from .model import QuicackError
 
 
-#: RFC 9002 §6.2.2: "When no previous RTT is available, the initial RTT SHOULD be set to 333
-#: milliseconds.  This results in handshakes starting with a PTO of 1 second".  aioquic's PTO
-#: before any RTT sample is twice its ``initial_rtt`` (default 100 ms: 200 ms), so a listener
-#: whose return path is longer than that (``extra_delay_ms``) would resend its whole first
-#: flight before the client's ACK could arrive; like the scanner (:data:`quicack.probe.FIRST_PTO_S`),
-#: a listener starts with the RFC's 1 s PTO.
-FIRST_PTO_S = 0.999
-INITIAL_RTT_S = FIRST_PTO_S / 2
+#: RFC 9002 §6.2.2: "This results in handshakes starting with a PTO of 1 second"
+#: (:data:`quicack.recovery.FIRST_PTO_MS`).  aioquic's PTO before any RTT sample is twice its
+#: ``initial_rtt`` (default 100 ms: 200 ms), so a listener whose return path is longer than that
+#: (``extra_delay_ms``) would resend its whole first flight before the client's ACK could
+#: arrive; like the scanner, a listener starts with the RFC's 1 s PTO.
+INITIAL_RTT_S = recovery.FIRST_PTO_MS / 1000.0 / 2
 
 
 @dataclass(frozen=True)
