@@ -112,7 +112,7 @@ def _last(col: str) -> str:
 HELD_ROWS = 4096
 IDLE_GENERAL_S = 0.25
 
-#: Datagrams quicack reads: UDP, not inside an ICMP error.
+#: Datagrams quicack reads: UDP, not inside an ICMP error (quicack.fastpath.udp in Arrow).
 _UDP = "udp_srcport IS NOT NULL AND icmp_type IS NULL AND icmpv6_type IS NULL"
 
 #: A datagram with transport parameters (rows of c_tp).
@@ -188,9 +188,7 @@ class Staging:
             self.not_quic += rows.datagrams.num_rows - rows.packets.num_rows
             held = rows.held
         else:
-            import pyarrow.compute as pc
-            held = batch.filter(pc.and_(pc.is_valid(batch["udp_srcport"]),  # _UDP
-                                        pc.and_(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"]))))
+            held = batch.filter(fastpath.udp(batch))
         if held.num_rows:
             self._held.append(held)
             self.held += held.num_rows

@@ -42,16 +42,22 @@ class Rows:
     held: pa.Table  # tshark's columns: the UDP rows left to the general path
 
 
+def udp(batch: pa.Table) -> pa.Array:
+    """The rows of tshark's columns that quicack reads: UDP datagrams, not inside an ICMP error
+    (``quicack.capture._UDP`` in SQL)."""
+    return pc.and_(pc.is_valid(batch["udp_srcport"]),
+                   pc.and_(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"])))
+
+
 def split(batch: pa.Table) -> Rows:
     """The rows of the fast path for ``batch`` (tshark's columns, all text) and the UDP rows
     it leaves to the general path."""
-    udp = _true(pc.and_kleene(pc.is_valid(batch["udp_srcport"]),
-                              pc.and_kleene(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"]))))
+    udp_rows = udp(batch)
     general = _has_comma(batch["quic_header_form"])
     for f in FRAME_FIELDS:
         if f not in _RANGE_FIELDS:
             general = pc.or_(general, _has_comma(batch[column(f)]))
-    fast = pc.and_(udp, pc.invert(general))
+    fast = pc.and_(udp_rows, pc.invert(general))
     try:
         rows = _where(batch, fast)
         odd = _odd_ranges(rows)
@@ -60,9 +66,9 @@ def split(batch: pa.Table) -> Rows:
             rows = _where(batch, fast)
         out = _rows(rows)
     except (pa.ArrowInvalid, ValueError):  # a number that does not parse: TRY_CAST's business
-        fast = pc.and_(udp, False)
+        fast = pc.and_(udp_rows, False)
         out = _rows(batch.slice(0, 0).combine_chunks())
-    out.held = _where(batch, pc.and_(udp, pc.invert(fast)))
+    out.held = _where(batch, pc.and_(udp_rows, pc.invert(fast)))
     return out
 
 
@@ -73,10 +79,8 @@ def number_packets(batch: pa.Table, first: int) -> tuple[pa.Table, int]:
     its ``event_index`` values from there on, whichever path stages it and whenever (the position
     of a datagram whose packets cannot be cut is skipped: quicack.capture numbers them again)."""
     header_form = batch["quic_header_form"]
-    udp = pc.and_(pc.is_valid(batch["udp_srcport"]),
-                  pc.and_(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"])))
     # "0,1,1": (length + 1) // 2 values, as the general path counts them
-    packets = pc.if_else(udp, pc.fill_null(pc.divide(pc.add(pc.cast(pc.utf8_length(header_form), _I64), 1), 2), 0),
+    packets = pc.if_else(udp(batch), pc.fill_null(pc.divide(pc.add(pc.cast(pc.utf8_length(header_form), _I64), 1), 2), 0),
                          pa.scalar(0, _I64))
     after = pc.cumulative_sum(packets, start=first) if len(batch) else pa.array([], _I64)
     events = pc.subtract(after, packets)
