@@ -520,7 +520,7 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
     :class:`quicack.capture.Staging` turns each batch of rows into per-datagram, per-packet
     and per-frame temporary tables while tshark runs (this thread, DuckDB on one thread; tshark
     on the other core).  Raise QuicackError if the capture is unreadable."""
-    from . import capture
+    from . import capture, settings
 
     name = str(path)
     try:
@@ -532,9 +532,7 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
                 dissection.close()
             dissection = Dissection(path, keylog, quic_ports)
         keylog, ports = dissection.keylog, dissection.ports
-        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
-        con.execute("SET threads = 1")
-        try:
+        with settings.changed(con, threads=1):
             frames, version, warnings, not_quic = _run(con, dissection)
             # (only UDP that tshark did not take for QUIC can be QUIC it missed)
             forced = sorted(set(capture.ports_to_force(con)) - set(ports)) if not_quic else []
@@ -543,8 +541,6 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
                 dissection = Dissection(path, keylog, sorted(set(ports) | set(forced)))
                 ports = dissection.ports
                 frames, version, warnings, _ = _run(con, dissection)
-        finally:
-            con.execute(f"SET threads = {int(threads)}")
     finally:
         if dissection is not None:
             dissection.close()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from . import analysis, capture, collector, pcap, scanstore
+from . import analysis, capture, collector, pcap, scanstore, settings
 from .model import ANALYSIS_VERSION, SCHEMA_VERSION, FileResult, QuicackError
 
 if TYPE_CHECKING:  # polars loads in ~0.2 s; .pl() imports it when a result is asked for
@@ -195,29 +195,20 @@ class Store:
             if unchanged:
                 return unchanged
             if is_capture:
-                threads = int(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
-                try:
+                with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
                     return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
-                                             dissection, threads)
-                finally:
-                    self.con.execute(f"SET threads = {threads}")
+                                             dissection, int(saved["threads"]))
             from . import reader  # qlog only: a capture never loads it (~20 ms of imports)
 
-            settings = dict(INGEST_SETTINGS)
+            values = dict(INGEST_SETTINGS)
             if size <= reader.SLICE_BYTES:
                 # A file of one slice is ingested with DuckDB on one thread: its statements over a
                 # few thousand to a hundred thousand rows then cost ~20 % less CPU and no more
                 # wall time (a scan's batch file of 1000 probes: 1.2 → 0.95 CPU-s).
-                settings["threads"] = "1"
-            saved = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchall()[0][0] for k in settings}
-            for k, v in settings.items():
-                self.con.execute(f"SET {k} = '{v}'")
-            try:
-                with collector.tuned():  # (a scan's batch file: ~500k objects a thousand probes)
-                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
-            finally:
-                for k, v in saved.items():
-                    self.con.execute(f"SET {k} = '{v}'")
+                values["threads"] = 1
+            # (the collector tuned too: a scan's batch file is ~500k objects a thousand probes)
+            with settings.changed(self.con, **values), collector.tuned():
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         finally:
@@ -301,12 +292,8 @@ class Store:
         if not write_through:
             self.con.execute("COMMIT")
             return
-        threshold = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
-        self.con.execute("SET checkpoint_threshold = '0b'")
-        try:
+        with settings.changed(self.con, checkpoint_threshold="0b"):
             self.con.execute("COMMIT")
-        finally:
-            self.con.execute(f"SET checkpoint_threshold = '{threshold}'")
 
     def _delete_file(self, file_id: int) -> None:
         ids = "(SELECT connection_id FROM connections WHERE file_id = ?)"
