@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import recovery
-from .rows import ARROW_TYPES
+from .rows import arrow_table
 from .classify import IACK, IACK_PING, WFC, Close, Handshake, classify
 from .model import Frame, Packet
 
@@ -55,9 +55,10 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
         [first_connection_id]).fetchall()]
     if not ids:
         return
+    closes = _first_closes(con, first_connection_id)
     unreadable = _unreadable_from(con, first_connection_id)
     handshakes = {cid: classify(packets, close=closes.get(cid), unreadable_from_ms=unreadable.get(cid))
-                  for cid, packets, closes in _handshake_inputs(con, first_connection_id, ids)}
+                  for cid, packets in _handshake_inputs(con, first_connection_id, ids)}
     replayed = {row[0]: row[1:] for row in _replay_all(con, first_connection_id, handshakes)}
     _update_connections(con, handshakes, replayed)
     _fill_sql_figures(con, first_connection_id)
@@ -69,8 +70,7 @@ def _update_connections(con, handshakes: dict[int, Handshake], replayed: dict[in
     columns = [("connection_id", "BIGINT"), *_hs_types(), *_RP_TYPES]
     unreplayed = (None,) * len(_REPLAY_COLUMNS)
     rows = [(cid, *_handshake_values(h), *replayed.get(cid, unreplayed)) for cid, h in handshakes.items()]
-    quicack_analysis = pa.table({name: pa.array([row[i] for row in rows], type=ARROW_TYPES[kind])  # noqa: F841
-                                 for i, (name, kind) in enumerate(columns)})
+    quicack_analysis = arrow_table(columns, rows)  # noqa: F841
     # read by DuckDB's replacement scan of this frame's local (no register/unregister: ~2 ms)
     con.execute(f"""UPDATE connections c SET {', '.join(f'{col} = a.{col}' for col, _ in columns[1:])}
         FROM quicack_analysis a WHERE c.connection_id = a.connection_id""")
@@ -94,20 +94,24 @@ def _handshake_values(h: Handshake) -> tuple:
             h.handshake_complete_ms)
 
 
-def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int, list[Packet], dict]]:
-    """Per new connection (``ids``: all of them, ascending): its first :data:`HANDSHAKE_WINDOW`
-    packets with their frames, in trace order, and the first CONNECTION_CLOSE of every connection.
-
-    Packets and frames come as two flat Arrow tables sorted alike and are merged here: a
-    per-packet ``list(struct)`` aggregate in SQL and its conversion to Python dicts cost three
-    times as much (a scan's batch of 1000 short connections: ~0.25 s)."""
-    closes = {cid: Close(t, sender, code) for cid, t, sender, code in con.execute("""
+def _first_closes(con, first_id: int) -> dict[int, Close]:
+    """Each new connection's first CONNECTION_CLOSE (anywhere in it, not only in the window)."""
+    return {cid: Close(t, sender, code) for cid, t, sender, code in con.execute("""
         SELECT f.connection_id, arg_min(p.time_ms, p.event_index), arg_min(p.sender, p.event_index),
                arg_min(coalesce(f.details->>'error_code', f.details->>'raw_error_code',
                                 f.details->>'error_space'), p.event_index)
         FROM frames f JOIN packets p USING (connection_id, event_index)
         WHERE f.connection_id >= ? AND f.frame_type = 'connection_close'
         GROUP BY f.connection_id""", [first_id]).fetchall()}
+
+
+def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int, list[Packet]]]:
+    """Per new connection (``ids``: all of them, ascending): its first :data:`HANDSHAKE_WINDOW`
+    packets with their frames, in trace order.
+
+    Packets and frames come as two flat Arrow tables sorted alike and are merged here: a
+    per-packet ``list(struct)`` aggregate in SQL and its conversion to Python dicts cost three
+    times as much (a scan's batch of 1000 short connections: ~0.25 s)."""
     first = int(first_id)
     window = f"""SELECT connection_id, event_index, time_ms, direction, sender, packet_type, packet_number,
                         size_bytes, datagram_id
@@ -134,7 +138,7 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
             *(c.to_pylist() for c in packets.columns)):
         if cid != current:
             if current is not None:
-                yield current, out, closes
+                yield current, out
             current, out = cid, []
         # frames of packets before this one in the same order (none expected) are skipped
         while k < n_frames and (f_cid[k], f_event[k]) < (cid, event):
@@ -146,12 +150,12 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
                           tuple(_frame(r) for r in frame_rows[k:j])))
         k = j
     if current is not None:
-        yield current, out, closes
+        yield current, out
     # connections without any packet still get a class
     seen = set(packets.column(0).unique().to_pylist())
     for cid in ids:
         if cid not in seen:
-            yield cid, [], closes
+            yield cid, []
 
 
 def _frame(f: tuple) -> Frame:

@@ -16,13 +16,17 @@ ARROW_TYPES = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64
                 "BOOLEAN": pa.bool_(), "VARCHAR[]": pa.list_(pa.string())}
 
 
+def arrow_table(columns: list[tuple[str, str]], rows: list[tuple]) -> pa.Table:
+    """``rows`` (tuples) as an Arrow table with ``columns`` (name, DuckDB type) in that order."""
+    return pa.table({name: pa.array([row[i] for row in rows], type=ARROW_TYPES[kind])
+                     for i, (name, kind) in enumerate(columns)})
+
+
 def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
     """Insert ``rows`` (tuples in the table's column order) into ``table``."""
     if not rows:
         return
-    columns = [(name, kind) for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()]
-    arrow = pa.table({name: pa.array([row[i] for row in rows], type=ARROW_TYPES[kind])
-                      for i, (name, kind) in enumerate(columns)})
+    arrow = arrow_table([(name, kind) for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()], rows)
     con.register("quicack_rows", arrow)
     try:
         con.execute(f"INSERT INTO {table} SELECT * FROM quicack_rows")
