@@ -29,8 +29,9 @@ CertificateVerify signature (the chain is not checked either: ``CERT_NONE``), a 
 spare connection IDs and asks the server for the minimum, starts with RFC 9002's 1 s PTO (no
 ClientHello resent to a server slower than aioquic's 200 ms), breaks its connection's reference
 cycles when it ends (reference counting frees it; the cyclic collector would have to find ~400
-objects), and :func:`tuned_gc` keeps the collector from rescanning the long-lived objects of
-hundreds of probes in flight.
+objects), and a scan runs its probes with the collector tuned (:func:`quicack.collector.tuned`:
+with its defaults, collections triggered by the probes' many small objects cost ~1 ms a probe),
+so that it does not rescan the long-lived objects of hundreds of probes in flight.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_transport_parameters
 from aioquic.tls import Epoch, Group, State
 
-from . import collector, recovery, rxtime
+from . import recovery, rxtime
 from .model import USER_AGENT
 
 CRYPTO_ERROR = 0x100
@@ -210,13 +211,6 @@ class ScanConnection(QuicConnection):
         if self._state == QuicConnectionState.FIRSTFLIGHT:
             self.version_negotiation_received = True
         super()._receive_version_negotiation_packet(header, now)
-
-
-def tuned_gc():
-    """For a stretch of many probes (:func:`quicack.collector.tuned`): probes make few cycles;
-    with the collector's defaults, collections triggered by their many small objects cost ~1 ms
-    per probe."""
-    return collector.tuned(collect_first=True)
 
 
 def _accept_signature(verify) -> None:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from . import cidtag, dumpcap, probe, targets
+from . import cidtag, collector, dumpcap, probe, targets
 from .model import QuicackError
 
 if TYPE_CHECKING:
@@ -370,7 +370,7 @@ def worker_main(conn, opts: ScanOptions, run_tag: int, worker: int, share: int) 
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     quiet_aioquic()
-    with probe.tuned_gc():
+    with collector.tuned(collect_first=True):
         asyncio.run(_worker_loop(conn, opts, run_tag, worker, share))
     sys.stdout.flush()
     sys.stderr.flush()
@@ -465,9 +465,8 @@ class WorkerPool:
         self.finished = asyncio.get_running_loop().create_future()
         self.failure: QuicackError | None = None
         self.open = count
-        self.probing_cpu_s = 0.0  # CPU the workers spent probing (their start-up excluded)
         self.startup_cpu_s = 0.0
-        self.cpu_s_each = [0.0] * count  # the same, per worker
+        self.cpu_s_each = [0.0] * count  # CPU each worker spent probing (its start-up excluded)
         for worker in range(count):
             parent, child = ctx.Pipe()
             process = ctx.Process(target=worker_main, args=(child, opts, run_tag, worker, count),
@@ -486,7 +485,6 @@ class WorkerPool:
                 message = conn.recv()
                 if message[0] == "finished":
                     _, _, probing_cpu_s, startup_cpu_s = message
-                    self.probing_cpu_s += probing_cpu_s
                     self.cpu_s_each[worker] = probing_cpu_s
                     self.startup_cpu_s += startup_cpu_s
                     self._closed(worker, finished=True)
@@ -847,8 +845,8 @@ async def _scan(opts: ScanOptions, store: Store, run_id: int, run_tag: int, out_
                         lambda: len(open_jobs), window, stop, check)
         if pool is not None:
             await pool.drain()
-            progress.worker_cpu_s = pool.probing_cpu_s
             progress.worker_cpu_s_each = list(pool.cpu_s_each)
+            progress.worker_cpu_s = sum(pool.cpu_s_each)
             progress.worker_startup_cpu_s = pool.startup_cpu_s
         else:
             await executor.drain()
@@ -906,7 +904,7 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
                 targets.is_special(a) for a, _ in opts.resolve.values()) else "any")
             cap = dumpcap.start(pcap_path, ports, interface)
         try:
-            with probe.tuned_gc():
+            with collector.tuned(collect_first=True):
                 interrupted = asyncio.run(_scan(opts, store, run_id, run_tag, out_dir, progress,
                                                 on_progress))
         finally:
