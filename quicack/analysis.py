@@ -213,14 +213,13 @@ def _fill_sql_figures(con, first_id: int) -> None:
 
 def _unreadable_from(con, first_id: int) -> dict[int, float]:
     """Per new connection of a capture with UDP GSO super-frames (``capture_issues``): the trace
-    time (``time_ms``) of the first one, for :func:`quicack.classify.classify`."""
+    time of the first one (``time_ms`` counts from ``first_event_epoch_ms``), for
+    :func:`quicack.classify.classify`."""
     return dict(con.execute("""
-        SELECT i.connection_id, min(i.epoch_ms) - any_value(b.base_ms)
-        FROM capture_issues i
-        JOIN (SELECT connection_id, min(epoch_ms - time_ms) AS base_ms FROM packets
-              WHERE connection_id >= $first AND epoch_ms IS NOT NULL GROUP BY ALL) b USING (connection_id)
-        WHERE i.connection_id >= $first AND i.kind = 'gso_superframe' GROUP BY ALL""",
-        {"first": first_id}).fetchall())
+        SELECT i.connection_id, min(i.epoch_ms) - any_value(c.first_event_epoch_ms)
+        FROM capture_issues i JOIN connections c USING (connection_id)
+        WHERE i.connection_id >= ? AND i.kind = 'gso_superframe' AND c.first_event_epoch_ms IS NOT NULL
+        GROUP BY ALL""", [first_id]).fetchall())
 
 
 # --- RFC 9002 replay ------------------------------------------------------------------------------
