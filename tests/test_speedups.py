@@ -1,0 +1,67 @@
+"""quicack.speedups: each stand-in behaves as the aioquic helper it replaces (compared with the
+original on the same inputs); a whole handshake through them is covered by test_serve/test_scan."""
+
+from __future__ import annotations
+
+import pytest
+from aioquic import tls
+from aioquic.buffer import Buffer
+from aioquic.quic import connection
+
+from quicack import probe, speedups  # noqa: F401  (importing probe applies the speedups)
+
+
+def test_importing_the_probe_applies_them_once():
+    assert tls.push_block is speedups.PushBlock and tls.pull_block is speedups.PullBlock
+    memo = connection.EPOCHS
+    speedups.apply()
+    assert connection.EPOCHS is memo
+
+
+@pytest.mark.parametrize("shortcut", ["IH01", "IH1", "01", "1", "0"])
+def test_epochs_are_aioquics_sets_built_once(shortcut):
+    assert connection.EPOCHS(shortcut) == speedups.ORIGINAL["EPOCHS"](shortcut)
+    assert connection.EPOCHS(shortcut) is connection.EPOCHS(shortcut)
+
+
+@pytest.mark.parametrize("capacity, body", [(1, b""), (2, b"abc"), (3, bytes(300)), (2, bytes(65000))])
+def test_push_block_writes_what_aioquics_writes(capacity, body):
+    written = []
+    for push_block in (speedups.ORIGINAL["push_block"], speedups.PushBlock):
+        buf = Buffer(capacity=80000)
+        buf.push_bytes(b"head")
+        with push_block(buf, capacity):
+            buf.push_bytes(body)
+            with push_block(buf, 1):  # nested, as TLS extensions are
+                buf.push_bytes(b"in")
+        buf.push_bytes(b"tail")
+        written.append(buf.data)
+    assert written[0] == written[1]
+    assert written[1][4:4 + capacity] == (len(body) + 3).to_bytes(capacity, "big")
+
+
+@pytest.mark.parametrize("data, consume, alert", [
+    (b"\x00\x03abcZ", 3, False),   # the block is read exactly
+    (b"\x00\x03abcZ", 2, True),    # a byte left in the block: decode_error
+    (b"\x00\x00Z", 0, False),      # an empty block
+])
+def test_pull_block_reads_and_checks_as_aioquics(data, consume, alert):
+    outcomes = []
+    for pull_block in (speedups.ORIGINAL["pull_block"], speedups.PullBlock):
+        buf = Buffer(data=data)
+        try:
+            with pull_block(buf, 2) as length:
+                got = buf.pull_bytes(consume)
+            outcomes.append((length, got, buf.tell(), None))
+        except tls.AlertDecodeError as e:
+            outcomes.append((length, got, buf.tell(), str(e)))
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[1][3] is not None) == alert
+
+
+def test_an_error_inside_a_block_passes_through_unchanged():
+    for pull_block in (speedups.ORIGINAL["pull_block"], speedups.PullBlock):
+        buf = Buffer(data=b"\x00\x05ab")
+        with pytest.raises(ValueError, match="inner"):
+            with pull_block(buf, 2):
+                raise ValueError("inner")
