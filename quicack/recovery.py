@@ -354,7 +354,8 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False,
             replace(e, event_index=i) if e.event_index < 0 else e
             for i, e in enumerate(events) if type(e) is Sent)
     for space in SPACES:
-        sent.setdefault(space, SentLog([], [], [], []))
+        if space not in sent:
+            sent[space] = SentLog([], [], [], [])
     est = RttEstimator()
     confirmed = False
     address_validated = not is_client  # Appendix A.8: "Assume clients validate the server's address implicitly."
