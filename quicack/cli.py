@@ -107,9 +107,13 @@ def _fail(e: QuicackError) -> None:
 def main() -> None:
     """quicack: measure how QUIC endpoints acknowledge packets.
 
-    Ingest qlog traces and packet captures into a DuckDB store (analyze), cross-check two views
-    of one connection (compare), export the store (export), or run the demo.
-    Real third-party QUIC servers for local tests: peers.
+    Probe QUIC servers from a domain list (scan) and store every probe; ingest qlog traces and
+    packet captures into the same DuckDB store (analyze), which classifies each handshake
+    (IACK / WFC) and replays its RTT and PTO per RFC 9002; write an HTML report (report);
+    cross-check two views of one connection (compare); merge the stores of sharded scans
+    (merge); export the store (export).  Local servers with a chosen ACK behaviour (serve) and
+    real third-party QUIC servers (peers) are for tests and demos; demo runs the whole path
+    offline on loopback.
     """
 
 
