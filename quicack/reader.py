@@ -14,9 +14,12 @@ normalizes one slice before the next is staged, so memory stays bounded whatever
 * A JSON document: one pass finds each ``"events": [`` array and cuts it at top-level element
   boundaries (a candidate cut after ``},`` is checked by letting DuckDB parse the slice on a side
   connection); the document without its events (a few KB) is parsed with orjson for the headers,
-  and each slice is staged with ``read_json_objects(format='array')``.  A document this pass
-  cannot follow (cut short, gzip, odd layout) is parsed whole with orjson instead — correct, but
-  memory grows with the file.
+  and each slice is staged with ``read_json_objects(format='array')``.  A document of one events
+  array (one trace: what a long capture or transfer gives) is not cut up front: the array's end
+  is found from the file's tail (the document with that array emptied must parse), and its
+  slices are cut one at a time by the thread that stages them, while the previous slice is
+  normalized.  A document this pass cannot follow (cut short, gzip, odd layout) is parsed whole
+  with orjson instead — correct, but memory grows with the file.
 
 The result of staging one slice is the temporary table
 
@@ -83,6 +86,8 @@ class Slice:
     #: a slice of several whole traces: (trace_index, events) of each, in file order
     #: (``trace_index`` is then the first of them); empty for a slice of one trace
     traces: tuple[tuple[int, int], ...] = ()
+    #: its events, when staging it was how its cut was checked (:func:`_lazy_cuts`)
+    staged: object = None
 
 
 @dataclass
@@ -98,6 +103,7 @@ class Source:
     events: int = 0
     _slices: Iterator[Slice] | None = None
     _temps: list[str] = field(default_factory=list)
+    _cursor: object = None  # a side cursor the slices use, closed with the source
     _delta_sum: dict[int, float] = field(default_factory=dict)
     _diagnose: object = None
 
@@ -112,6 +118,9 @@ class Source:
             _unlink(tmp)
         if hasattr(self._slices, "close"):
             self._slices.close()
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
 
     def __enter__(self) -> "Source":
         return self
@@ -462,6 +471,13 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     """Find the events arrays of a JSON document and cut them into slices, or None."""
     source = Source(name, "json", "", [], size)
     try:
+        with open(path, "rb") as f:
+            single = _one_events_array(f, size)
+    except (OSError, QuicackError):
+        single = None
+    if single is not None:
+        return _open_one_array(source, path, con, *single)
+    try:
         with open(path, "rb") as f, con.cursor() as side:
             skeleton, plan = _plan_json(source, f, size, side)
         doc = orjson.loads(skeleton)
@@ -488,6 +504,159 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     source.traces = traces
     source._slices = _streamed_slices(source, [(with_events[k], parts) for k, (parts, _) in enumerate(plan)])
     return source
+
+
+#: how far from the end of a document the end of its one events array is looked for
+TAIL_BYTES = 1 << 16
+#: header bytes before the events array, at most, for a document read with :func:`_one_events_array`
+HEADER_BYTES = 1 << 20
+
+
+def _one_events_array(f, size: int):
+    """(headers, index of the trace, first event, start, end) of a document holding exactly one
+    non-empty events array, its elements from offset ``start`` to the ``]`` at ``end``; else None.
+
+    The end is the ``]``, among the last TAIL_BYTES, at which the document with its events array
+    emptied parses as JSON: a ``]`` inside the last event leaves that event's other brackets
+    unmatched.  The elements in between are checked as they are cut (:func:`_lazy_cuts`)."""
+    m = _search(f, _EVENTS_KEY, 0, min(size, HEADER_BYTES))
+    if m is None:
+        return None
+    start = m[1]
+    f.seek(0)
+    head = f.read(start)
+    tail_at = max(start, size - TAIL_BYTES)
+    f.seek(tail_at)
+    tail = f.read()
+    doc = end = None
+    for bracket in reversed([i for i in range(len(tail)) if tail[i] == 0x5D][-MAX_CUT_TRIES:]):
+        try:
+            doc = orjson.loads(head + tail[bracket:])
+        except orjson.JSONDecodeError:
+            continue
+        end = tail_at + bracket
+        break
+    if end is None or not isinstance(doc, dict):
+        return None
+    try:
+        qlog.generation(doc)
+        trace_docs = qlog.traces_of(doc)
+    except QuicackError:
+        return None
+    with_events = [i for i, t in enumerate(trace_docs) if isinstance(t, dict) and "events" in t]
+    if len(with_events) != 1 or trace_docs[with_events[0]]["events"] != []:
+        return None  # several events arrays (or one elsewhere): cut up front
+    if _search(f, _EVENTS_KEY, start, end) is not None:
+        # another "events" key between the two ends: another trace's array (the emptied
+        # document would not show it), or one inside an event; either way, cut up front
+        return None
+    first = _first_element_of(f, start, end)
+    if first is None:
+        return None  # empty, or a first event beyond a quick look: cut up front
+    return doc, with_events[0], first, start, end
+
+
+def _first_element_of(f, start: int, end: int):
+    """The first element of the array whose elements begin at ``start`` (found by letting orjson
+    parse ever longer prefixes cut after ``},`` or ``],``), or None."""
+    f.seek(start)
+    window = f.read(min(end - start, CHUNK_BYTES))
+    cuts = [m.end() - 1 for m in _CUT.finditer(window)][:MAX_CUT_TRIES]
+    if end - start <= CHUNK_BYTES:
+        cuts.append(len(window))  # the whole array may be one element
+    for cut in cuts:
+        try:
+            return orjson.loads(b"[" + window[:cut] + b"]")[0]
+        except (orjson.JSONDecodeError, IndexError):
+            continue
+    return None
+
+
+def _open_one_array(source: Source, path: Path, con, doc: dict, index: int, first, start: int,
+                    end: int) -> Source:
+    source.qlog_version = qlog.generation(doc)
+    trace_docs = qlog.traces_of(doc)
+    source.traces = [qlog.describe_trace(doc, trace, i, _first_time(first, trace) if i == index else None)
+                     for i, trace in enumerate(trace_docs)]
+    source._cursor = con.cursor()
+    source._slices = _closing_cursor(source, _lazy_cuts(source, path, source._cursor, index, start, end))
+    return source
+
+
+def _closing_cursor(source: Source, slices: Iterator[Slice]) -> Iterator[Slice]:
+    """``slices``, then the source's side cursor closed as soon as the last one is taken."""
+    yield from slices
+    if source._cursor is not None:
+        source._cursor.close()
+        source._cursor = None
+
+
+def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: int) -> Iterator[Slice]:
+    """The slices of the events array from ``start`` to the ``]`` at ``end``, each cut only when
+    asked for: by the thread staging slices.  A candidate cut is checked by staging the slice
+    (:func:`_staged_cut`), so that each slice is parsed once, not once to check and once to stage."""
+    with open(path, "rb") as f:
+        cur, want = start, SLICE_BYTES
+        while cur < end:
+            f.seek(cur)
+            window = f.read(min(want, end - cur))
+            final = cur + len(window) >= end
+            if final and not window.strip():  # (a cut is made only where another element follows)
+                raise QuicackError("malformed events array: a comma before its end", source.name, f"byte {cur}")
+            if final:
+                cuts = [len(window)]
+            else:
+                base = max(0, len(window) - (1 << 16))
+                cuts = [m.end() - 1 for m in _CUT.finditer(window, base)]
+            tmp = _candidate(source, window, cuts)
+            del window  # (the slice is read from its file: not held while staged and normalized)
+            found = _staged_cut(source, tmp, cuts, side, index, source.size if final else cur)
+            if found is None and final:
+                raise QuicackError("malformed events array", source.name, f"byte {cur}")
+            if found is None:
+                if want >= 8 * SLICE_BYTES and want > MAX_OBJECT_BYTES:
+                    raise QuicackError(f"no event boundary within {want >> 20} MB", source.name, f"byte {cur}")
+                want *= 2
+                continue
+            cut, part = found
+            yield part
+            if final:
+                return
+            cur += cut + 1
+            want = SLICE_BYTES
+
+
+def _candidate(source: Source, window: bytes, cuts: list[int]) -> str | None:
+    """A temporary file holding ``[`` + the window up to its last candidate cut (None if none)."""
+    if not cuts:
+        return None
+    fd, tmp = source._temp(".json")
+    with os.fdopen(fd, "wb") as out:
+        out.write(b"[")
+        out.write(memoryview(window)[:cuts[-1]])
+    return tmp
+
+
+def _staged_cut(source: Source, tmp: str | None, cuts: list[int], side, index: int, done_base: int):
+    """(cut, slice staged) for the last cut (from the end) at which the candidate file ``tmp``
+    closed with ``]`` stages as a JSON array; None if none does (a cut inside a string leaves it
+    unterminated, a bad event does not parse at any)."""
+    if tmp is None:
+        return None
+    with open(tmp, "r+b") as out:
+        for cut in reversed(cuts[-MAX_CUT_TRIES:]):
+            out.truncate(1 + cut)
+            out.seek(1 + cut)
+            out.write(b"]")
+            out.flush()
+            part = Slice(index, tmp, "array", done_base if done_base == source.size else done_base + cut)
+            try:
+                part.staged = stage(side, source, part)
+            except QuicackError:
+                continue
+            return cut, part
+    _unlink(tmp)
+    return None
 
 
 def _streamed_slices(source: Source, arrays: list[tuple[int, list]]) -> Iterator[Slice]:
@@ -769,7 +938,8 @@ def staged_slices(con: duckdb.DuckDBPyConnection, source: Source) -> Iterator[tu
             for part in source.slices():
                 if stop.is_set():
                     break
-                handoff.put((part, stage(cursor, source, part)))
+                staged, part.staged = part.staged, None
+                handoff.put((part, staged if staged is not None else stage(cursor, source, part)))
                 handoff.join()  # until the caller has taken it
         except BaseException as e:  # handed to the caller, raised there
             handoff.put(e)

@@ -266,3 +266,69 @@ def test_traces_sharing_slices_are_cut_at_the_slice_size(tmp_path, monkeypatch):
     assert len(slices) > 5 and max(len(p.traces) for p in slices) > 1
     assert sum(len(p.traces) or 1 for p in slices) == len(doc["traces"])
     assert small == alone
+
+
+def _plain_events(n: int) -> list[dict]:
+    """_events without the unknown event, whose data nests an "events" key."""
+    return [e for e in _events(n) if e["name"] != "transport:something_new"]
+
+
+def _whole_and_cut(path: Path, tmp_path: Path, monkeypatch, slice_bytes: int) -> tuple[dict, int]:
+    """Rows of ``path`` cut into slices, checked against the same file parsed whole; and how
+    many times the one-array path (slices cut while staging) opened it."""
+    opened = []
+    real = reader._open_one_array
+
+    def counting(*args):
+        opened.append(args[1])
+        return real(*args)
+    monkeypatch.setattr(reader, "_open_one_array", counting)
+    cut, cut_rows, slices = ingest_with(path, tmp_path, "cut", slice_bytes, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(reader, "_open_json_streaming", lambda *a: None)
+        whole, whole_rows, _ = ingest_with(path, tmp_path, "whole", slice_bytes, monkeypatch)
+    assert (cut.status, cut.error, cut.warnings) == (whole.status, whole.error, whole.warnings) == ("ingested", None, [])
+    assert cut_rows == whole_rows and slices >= 3
+    return cut_rows, len(opened)
+
+
+def test_one_events_array_is_cut_while_staging_and_its_end_found_from_the_tail(tmp_path, monkeypatch):
+    # The last event ends with brackets and a "]" inside a string; keys follow the events array
+    # in the trace and in the document, so its end is not the file's last "]".
+    events = _plain_events(60)
+    events.append({"time": 99.0, "name": "transport:packet_received", "data": {
+        "header": {"packet_type": "1RTT", "packet_number": 99}, "frames": [
+            {"frame_type": "stream", "stream_id": 0, "offset": 0, "length": 3, "raw": "]]}],"}]}})
+    doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": events,
+                                              "title": "after [the] events"}], "summary": {"x": [1, [2]]}}
+    got, lazily = _whole_and_cut(write_json(tmp_path / "one.qlog", doc), tmp_path, monkeypatch, 2000)
+    assert lazily == 1
+    assert len(got["packets"]) == 61 and len(got["connections"]) == 1
+
+
+def test_several_events_arrays_are_not_taken_for_one(tmp_path, monkeypatch):
+    # From the first events key to the last array's end the document emptied of "one array"
+    # still parses (one trace, keys of both): the other array's key in between sends it to the
+    # up-front cut, which sees two traces.
+    doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": _plain_events(30)},
+                                             {"vantage_point": {"type": "server"}, "events": _plain_events(20)}]}
+    got, lazily = _whole_and_cut(write_json(tmp_path / "two.qlog", doc), tmp_path, monkeypatch, 1500)
+    assert lazily == 0
+    assert len(got["connections"]) == 2 and len(got["packets"]) == 50
+
+
+def test_a_malformed_event_in_a_later_slice_of_one_array_refuses_the_file(tmp_path, monkeypatch):
+    body = orjson.dumps({"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "events": _plain_events(60)}]})
+    bad_at = body.index(b'{"time":20.0')
+    path = tmp_path / "bad.qlog"
+    path.write_bytes(body[:bad_at] + b'{"time":20.0,"name":oops},' + body[bad_at:])
+    monkeypatch.setattr(reader, "SLICE_BYTES", 1500)
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest(write_seq(tmp_path / "good.sqlog", SEQ_HEADER, _events(4)))
+        before = snapshot(store)
+        result = store.ingest(path)
+        assert result.status == "refused" and result.error.startswith(f"{path} at byte ")
+        assert "malformed events array" in result.error
+        assert int(result.error.split(" at byte ")[1].split(":")[0]) <= bad_at
+        assert snapshot(store) == before
