@@ -331,9 +331,15 @@ def report(db, out, open_browser, max_connections):
     except QuicackError as e:
         _fail(e)
     size = Path(out).stat().st_size
-    click.echo(f"report: {out} ({size / 1e6:.1f} MB, {written.figures} plots, {written.connections} connections)")
+    click.echo(f"report: {out} ({size / 1e6:.1f} MB, {written.figures} plots; {_drawn(written)})")
     if open_browser:
         webbrowser.open(Path(out).resolve().as_uri())
+
+
+def _drawn(written) -> str:
+    """How many of the store's connections the report draws one by one (--max-connections)."""
+    return (f"{written.stored_connections} connections, {written.connections} of them drawn one by one"
+            if written.stored_connections != written.connections else f"{written.connections} connections")
 
 
 @main.command()
@@ -415,7 +421,7 @@ def demo(db, quiet, with_peers):
                                                  max_connections=report_module.DEFAULT_MAX_CONNECTIONS)
     except QuicackError as e:
         _fail(e)
-    click.echo(f"report: {out} ({written.figures} plots, {written.connections} connections)")
+    click.echo(f"report: {out} ({written.figures} plots; {_drawn(written)})")
     sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
 
 

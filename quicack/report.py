@@ -34,7 +34,9 @@ class Report:
     path: Path
     figures: int = 0
     sections: list[str] = field(default_factory=list)
+    #: connections drawn one by one (at most max_connections), of ``stored_connections``
     connections: int = 0
+    stored_connections: int = 0
 
 
 # --- the report ------------------------------------------------------------------------------------
@@ -54,6 +56,7 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)
+    report.stored_connections = counts[1]
     subtitle = (f"{counts[0]} files, {counts[1]} connections · store {esc(store.path)} · "
                 f"generated {esc(now.isoformat(timespec='seconds'))} by quicack")
     out.parent.mkdir(parents=True, exist_ok=True)

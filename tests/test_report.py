@@ -128,9 +128,15 @@ def test_report_command_writes_the_default_path_and_prints_it(tmp_path, monkeypa
     db = tmp_path / "demo.duckdb"
     with Store(db) as store:
         store.ingest(DATA / "qvis/visualizations/public/standalone_data/draft-01/parallel_10_50KB_f5.qlog")
+        store.ingest(DATA / "qvis/visualizations/public/standalone_data/draft-01/doublevantage_100ms.qlog")
+        stored = store.sql("SELECT count(*) AS n FROM connections")["n"][0]
     result = CliRunner().invoke(main, ["report", "--db", str(db)])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("report: reports/demo.html (")
+    assert result.output.endswith(f" plots; {stored} connections)\n")
     assert (tmp_path / "reports/demo.html").exists()
+    # --max-connections bounds the connections drawn one by one, not those the report counts
+    bounded = CliRunner().invoke(main, ["report", "--db", str(db), "--max-connections", "1"])
+    assert bounded.output.endswith(f" plots; {stored} connections, 1 of them drawn one by one)\n")
     missing = CliRunner().invoke(main, ["report", "--db", str(tmp_path / "nope.duckdb")])
     assert missing.exit_code == 1 and missing.output == f"error: {tmp_path / 'nope.duckdb'}: no such store\n"
