@@ -194,8 +194,9 @@ def bench_probes(args, imports_s: float = 0.0) -> None:
           f"{(parent_probing_cpu - storing) * ms:.2f})")
     print(f"  storing  {storing * ms:5.2f} ms  (writer thread while probing: batch qlog files, key log, "
           f"probe rows)")
-    print(f"  ingest   {ingest * ms:5.2f} ms  (after probing: the probes' qlogs through quicack analyze's "
-          f"path — normalize, classify, replay — and linked to their probes)")
+    print(f"  ingest   {ingest * ms:5.2f} ms  (after probing: the probes' qlogs, {p.files_to_ingest} batch "
+          f"file{'s' if p.files_to_ingest != 1 else ''} through quicack analyze's path — normalize, classify, "
+          f"replay — and linked to their probes; a file costs ~0.3 s whatever its size)")
     print(f"  total    {(probing + storing + ingest) * ms:5.2f} ms  (+ start-up {(startup + imports_s) * ms:.2f} ms: "
           f"probing processes' interpreters, tshark -v, first-use imports {imports_s:.2f} s)")
     if workers > 1:
