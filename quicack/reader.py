@@ -35,6 +35,7 @@ after the other: a dozen statements then normalize hundreds of traces instead of
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import queue
@@ -472,11 +473,10 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     source = Source(name, "json", "", [], size)
     try:
         with open(path, "rb") as f:
-            single = _one_events_array(f, size)
-    except (OSError, QuicackError):
-        single = None
-    if single is not None:
-        return _open_one_array(source, path, con, *single)
+            if _open_one_array(source, path, f, con):
+                return source
+    except OSError:
+        pass
     try:
         with open(path, "rb") as f, con.cursor() as side:
             skeleton, plan = _plan_json(source, f, size, side)
@@ -508,28 +508,33 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
 
 #: how far from the end of a document the end of its one events array is looked for
 TAIL_BYTES = 1 << 16
-#: header bytes before the events array, at most, for a document read with :func:`_one_events_array`
+#: header bytes before the events array, at most, for a document read with :func:`_open_one_array`
 HEADER_BYTES = 1 << 20
 
 
-def _one_events_array(f, size: int):
-    """(headers, index of the trace, first event, start, end) of a document holding exactly one
-    non-empty events array, its elements from offset ``start`` to the ``]`` at ``end``; else None.
+def _open_one_array(source: Source, path: Path, f, con) -> bool:
+    """Set ``source`` up to be cut while staged if its document holds exactly one non-empty events
+    array; False (``source`` untouched) otherwise.
 
-    The end is the ``]``, among the last TAIL_BYTES, at which the document with its events array
-    emptied parses as JSON: a ``]`` inside the last event leaves that event's other brackets
-    unmatched.  The elements in between are checked as they are cut (:func:`_lazy_cuts`)."""
-    m = _search(f, _EVENTS_KEY, 0, min(size, HEADER_BYTES))
+    The array's elements begin after its ``[`` and end at the ``]``, among the last TAIL_BYTES,
+    at which the document with the array emptied parses as JSON: a ``]`` inside the last event
+    leaves that event's other brackets unmatched.  The elements in between are checked as they
+    are cut (:func:`_lazy_cuts`)."""
+    m = _search(f, _EVENTS_KEY, 0, min(source.size, HEADER_BYTES))
     if m is None:
-        return None
+        return False
     start = m[1]
     f.seek(0)
     head = f.read(start)
-    tail_at = max(start, size - TAIL_BYTES)
+    tail_at = max(start, source.size - TAIL_BYTES)
     f.seek(tail_at)
     tail = f.read()
     doc = end = None
-    for bracket in reversed([i for i in range(len(tail)) if tail[i] == 0x5D][-MAX_CUT_TRIES:]):
+    bracket = len(tail)
+    for _ in range(MAX_CUT_TRIES):
+        bracket = tail.rfind(b"]", 0, bracket)
+        if bracket < 0:
+            break
         try:
             doc = orjson.loads(head + tail[bracket:])
         except orjson.JSONDecodeError:
@@ -537,23 +542,29 @@ def _one_events_array(f, size: int):
         end = tail_at + bracket
         break
     if end is None or not isinstance(doc, dict):
-        return None
+        return False
     try:
-        qlog.generation(doc)
+        version = qlog.generation(doc)
         trace_docs = qlog.traces_of(doc)
     except QuicackError:
-        return None
+        return False
     with_events = [i for i, t in enumerate(trace_docs) if isinstance(t, dict) and "events" in t]
     if len(with_events) != 1 or trace_docs[with_events[0]]["events"] != []:
-        return None  # several events arrays (or one elsewhere): cut up front
+        return False  # several events arrays (or one elsewhere): cut up front
     if _search(f, _EVENTS_KEY, start, end) is not None:
         # another "events" key between the two ends: another trace's array (the emptied
         # document would not show it), or one inside an event; either way, cut up front
-        return None
+        return False
     first = _first_element_of(f, start, end)
     if first is None:
-        return None  # empty, or a first event beyond a quick look: cut up front
-    return doc, with_events[0], first, start, end
+        return False  # empty, or a first event beyond a quick look: cut up front
+    index = with_events[0]
+    source.qlog_version = version
+    source.traces = [qlog.describe_trace(doc, trace, i, _first_time(first, trace) if i == index else None)
+                     for i, trace in enumerate(trace_docs)]
+    source._cursor = con.cursor()  # (closed with the source)
+    source._slices = _lazy_cuts(source, path, source._cursor, index, start, end)
+    return True
 
 
 def _first_element_of(f, start: int, end: int):
@@ -570,25 +581,6 @@ def _first_element_of(f, start: int, end: int):
         except (orjson.JSONDecodeError, IndexError):
             continue
     return None
-
-
-def _open_one_array(source: Source, path: Path, con, doc: dict, index: int, first, start: int,
-                    end: int) -> Source:
-    source.qlog_version = qlog.generation(doc)
-    trace_docs = qlog.traces_of(doc)
-    source.traces = [qlog.describe_trace(doc, trace, i, _first_time(first, trace) if i == index else None)
-                     for i, trace in enumerate(trace_docs)]
-    source._cursor = con.cursor()
-    source._slices = _closing_cursor(source, _lazy_cuts(source, path, source._cursor, index, start, end))
-    return source
-
-
-def _closing_cursor(source: Source, slices: Iterator[Slice]) -> Iterator[Slice]:
-    """``slices``, then the source's side cursor closed as soon as the last one is taken."""
-    yield from slices
-    if source._cursor is not None:
-        source._cursor.close()
-        source._cursor = None
 
 
 def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: int) -> Iterator[Slice]:
@@ -608,9 +600,9 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             else:
                 base = max(0, len(window) - (1 << 16))
                 cuts = [m.end() - 1 for m in _CUT.finditer(window, base)]
-            tmp = _candidate(source, window, cuts)
+            candidates = _candidates(source, window, cuts)
             del window  # (the slice is read from its file: not held while staged and normalized)
-            found = _staged_cut(source, tmp, cuts, side, index, source.size if final else cur)
+            found = _staged_cut(source, candidates, side, index, source.size if final else cur)
             if found is None and final:
                 raise QuicackError("malformed events array", source.name, f"byte {cur}")
             if found is None:
@@ -626,36 +618,37 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             want = SLICE_BYTES
 
 
-def _candidate(source: Source, window: bytes, cuts: list[int]) -> str | None:
-    """A temporary file holding ``[`` + the window up to its last candidate cut (None if none)."""
+def _candidates(source: Source, window: bytes, cuts: list[int]) -> Iterator[tuple[int, str]]:
+    """``[`` + the window closed with ``]`` at each cut, the last cut first (at most
+    MAX_CUT_TRIES), in one temporary file: (cut, file) each; the file is removed once every
+    candidate was refused.  The window is let go once written."""
     if not cuts:
-        return None
+        return
     fd, tmp = source._temp(".json")
     with os.fdopen(fd, "wb") as out:
         out.write(b"[")
         out.write(memoryview(window)[:cuts[-1]])
-    return tmp
-
-
-def _staged_cut(source: Source, tmp: str | None, cuts: list[int], side, index: int, done_base: int):
-    """(cut, slice staged) for the last cut (from the end) at which the candidate file ``tmp``
-    closed with ``]`` stages as a JSON array; None if none does (a cut inside a string leaves it
-    unterminated, a bad event does not parse at any)."""
-    if tmp is None:
-        return None
-    with open(tmp, "r+b") as out:
+        del window
         for cut in reversed(cuts[-MAX_CUT_TRIES:]):
             out.truncate(1 + cut)
             out.seek(1 + cut)
             out.write(b"]")
             out.flush()
+            yield cut, tmp
+    _unlink(tmp)
+
+
+def _staged_cut(source: Source, candidates: Iterator[tuple[int, str]], side, index: int, done_base: int):
+    """(cut, slice staged) for the first of ``candidates`` that stages as a JSON array; None if
+    none does (a cut inside a string leaves it unterminated, a bad event does not parse at any)."""
+    with contextlib.closing(candidates):
+        for cut, tmp in candidates:
             part = Slice(index, tmp, "array", done_base if done_base == source.size else done_base + cut)
             try:
                 part.staged = stage(side, source, part)
             except QuicackError:
                 continue
             return cut, part
-    _unlink(tmp)
     return None
 
 
@@ -800,24 +793,14 @@ def _cut_array(source: Source, f, start: int, size: int, side):
 
 def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int, str, int] | None:
     """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array."""
-    if not cuts:
-        return None
-    fd, tmp = source._temp(".json")
-    with os.fdopen(fd, "wb") as out:
-        out.write(b"[")
-        out.write(memoryview(window)[:cuts[-1]])
-        for cut in reversed(cuts[-MAX_CUT_TRIES:]):
-            out.truncate(1 + cut)
-            out.seek(1 + cut)
-            out.write(b"]")
-            out.flush()
+    with contextlib.closing(_candidates(source, window, cuts)) as candidates:
+        for cut, tmp in candidates:
             try:
                 n = side.execute(f"SELECT count(*) FROM read_json_objects({quote(tmp)}, "
                                  f"format='array', maximum_object_size={MAX_OBJECT_BYTES})").fetchall()[0][0]
             except duckdb.Error:
                 continue
             return cut, tmp, n
-    _unlink(tmp)
     return None
 
 

@@ -280,8 +280,10 @@ def _whole_and_cut(path: Path, tmp_path: Path, monkeypatch, slice_bytes: int) ->
     real = reader._open_one_array
 
     def counting(*args):
-        opened.append(args[1])
-        return real(*args)
+        taken = real(*args)
+        if taken:
+            opened.append(args[1])
+        return taken
     monkeypatch.setattr(reader, "_open_one_array", counting)
     cut, cut_rows, slices = ingest_with(path, tmp_path, "cut", slice_bytes, monkeypatch)
     with monkeypatch.context() as m:
