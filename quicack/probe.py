@@ -33,8 +33,7 @@ objects), and a scan runs its probes with the collector tuned (:func:`quicack.co
 with its defaults, collections triggered by the probes' many small objects cost ~1 ms a probe),
 so that it does not rescan the long-lived objects of hundreds of probes in flight.  A few of
 aioquic's hottest small helpers are replaced by faster equivalents (:mod:`quicack.speedups`),
-its padding is stepped over in one call, and its debug log calls are dropped while a scan has
-silenced its logger.
+and its debug log calls are dropped while a scan has silenced its logger.
 """
 
 from __future__ import annotations
@@ -211,14 +210,6 @@ class ScanConnection(QuicConnection):
             self._remote_ack_delay_exponent = params.ack_delay_exponent
         if not from_session_ticket:
             self.remote_parameters = params
-
-    def _handle_padding_frame(self, context: QuicReceiveContext, frame_type: int, buf: Buffer) -> None:
-        # As aioquic's, which steps over the padding a byte at a time in Python (~1000 bytes in
-        # a server's first Initial datagram): the padding runs up to the next non-zero byte.
-        rest = buf.data_slice(buf.tell(), buf.capacity)
-        buf.seek(buf.capacity - len(rest.lstrip(b"\x00")))
-        if self._quic_logger is not None:
-            context.quic_logger_frames.append(self._quic_logger.encode_padding_frame())
 
     def _handle_ack_frame(self, context: QuicReceiveContext, frame_type: int, buf: Buffer) -> None:
         if context.epoch == Epoch.INITIAL and self.first_ack_time is None:

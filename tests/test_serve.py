@@ -12,10 +12,8 @@ import socket
 import ssl
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
-from aioquic.buffer import Buffer
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
@@ -147,23 +145,6 @@ def test_the_scanner_decodes_ack_delay_with_the_peers_exponent(client_class, exp
     received = [e for e in client._quic_logger._events if e["name"] == "transport:packet_received"]
     last_ack = [f for f in received[-1]["data"]["frames"] if f["frame_type"] == "ack"][0]
     assert last_ack["ack_delay"] == pytest.approx(expected_ms, abs=1e-9)
-
-
-@pytest.mark.parametrize("after_frame_type", [bytes(1000) + b"\x01\x02", bytes(7), b"", b"\x01", b"\x00\x06\x00"])
-def test_the_scanner_steps_over_padding_exactly_as_aioquic_does(after_frame_type):
-    # RFC 9000 §19.1: a PADDING frame is one 0x00 byte; runs of them are stepped over to the
-    # next non-zero byte, the next frame's type (here after a packet's first PADDING frame)
-    ends = []
-    for cls in (QuicConnection, probe.ScanConnection):
-        conn = cls(configuration=QuicConfiguration(is_client=True, quic_logger=QuicLogger()))
-        conn.connect(SERVER, now=0.0)
-        context = SimpleNamespace(quic_logger_frames=[])
-        buf = Buffer(data=b"\x00" + after_frame_type)
-        buf.seek(1)
-        cls._handle_padding_frame(conn, context, 0x00, buf)
-        ends.append((buf.tell(), context.quic_logger_frames))
-    zeros = len(after_frame_type) - len(after_frame_type.lstrip(b"\x00"))
-    assert ends[0] == ends[1] == (1 + zeros, [{"frame_type": "padding"}])
 
 
 def test_a_probe_keeps_aioquics_log_unless_a_scan_silenced_it():

@@ -3,16 +3,21 @@ original on the same inputs); a whole handshake through them is covered by test_
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from aioquic import tls
 from aioquic.buffer import Buffer
 from aioquic.quic import connection
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.logger import QuicLogger
 
 from quicack import probe, speedups  # noqa: F401  (importing probe applies the speedups)
 
 
 def test_importing_the_probe_applies_them_once():
     assert tls.push_block is speedups.PushBlock and tls.pull_block is speedups.PullBlock
+    assert connection.QuicConnection._handle_padding_frame is speedups.handle_padding_frame
     memo = connection.EPOCHS
     speedups.apply()
     assert connection.EPOCHS is memo
@@ -65,3 +70,20 @@ def test_an_error_inside_a_block_passes_through_unchanged():
         with pytest.raises(ValueError, match="inner"):
             with pull_block(buf, 2):
                 raise ValueError("inner")
+
+
+@pytest.mark.parametrize("after_frame_type", [bytes(1000) + b"\x01\x02", bytes(7), b"", b"\x01", b"\x00\x06\x00"])
+def test_padding_is_stepped_over_exactly_as_aioquic_does(after_frame_type):
+    # RFC 9000 §19.1: a PADDING frame is one 0x00 byte; runs of them are stepped over to the
+    # next non-zero byte, the next frame's type (here after a packet's first PADDING frame)
+    ends = []
+    conn = connection.QuicConnection(configuration=QuicConfiguration(is_client=True, quic_logger=QuicLogger()))
+    conn.connect(("127.0.0.2", 4433), now=0.0)
+    for handle in (speedups.ORIGINAL["_handle_padding_frame"], connection.QuicConnection._handle_padding_frame):
+        context = SimpleNamespace(quic_logger_frames=[])
+        buf = Buffer(data=b"\x00" + after_frame_type)
+        buf.seek(1)
+        handle(conn, context, 0x00, buf)
+        ends.append((buf.tell(), context.quic_logger_frames))
+    zeros = len(after_frame_type) - len(after_frame_type.lstrip(b"\x00"))
+    assert ends[0] == ends[1] == (1 + zeros, [{"frame_type": "padding"}])
