@@ -117,7 +117,7 @@ def first_use_imports_s() -> float:
     return cpu_s(resource.RUSAGE_SELF) - before
 
 
-def bench_probes(args, imports_s: float = 0.0) -> None:
+def bench_probes(args, imports_s: float = 0.0) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="quicack-bench-"))
     port = free_port()
     delays = (5, 10, 20)
