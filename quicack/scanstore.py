@@ -117,6 +117,35 @@ def unlinked_files(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:
     return [r[0] for r in rows]
 
 
+def pending_batches(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple[int, str | None]]:
+    """Per qlog file: how many probes' traces it holds, and its SHA-256 — None unless every
+    probe naming it agrees on one and their trace indexes are exactly 0…n-1 (a file the writer
+    wrote in one piece)."""
+    rows = con.execute("""
+        SELECT qlog_path, count(*), any_value(qlog_sha256),
+               count(DISTINCT qlog_sha256) = 1 AND min(qlog_trace_index) = 0
+               AND max(qlog_trace_index) = count(*) - 1 AND count(DISTINCT qlog_trace_index) = count(*)
+        FROM probes WHERE qlog_path IN (SELECT unnest($paths)) GROUP BY 1""", {"paths": paths}).fetchall()
+    return {path: (n, sha if whole else None) for path, n, sha, whole in rows}
+
+
+def repoint_probes(con: duckdb.DuckDBPyConnection, moves: list[tuple[str, int]], new_path: str,
+                   new_sha256: str) -> None:
+    """Point the probes whose traces were in the files ``moves`` (path, index of its first trace
+    in the new file) at ``new_path``, in one transaction."""
+    con.execute("BEGIN")
+    try:
+        for old_path, offset in moves:
+            con.execute("""UPDATE probes SET qlog_path = $new, qlog_sha256 = $sha,
+                                  qlog_trace_index = qlog_trace_index + $offset
+                           WHERE qlog_path = $old""",
+                        {"new": new_path, "sha": new_sha256, "offset": offset, "old": old_path})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def outcome_counts(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, int]:
     return dict(con.execute("SELECT outcome, count(*) FROM probes WHERE run_id = ? "
                             "GROUP BY 1 ORDER BY 2 DESC, 1", [run_id]).fetchall())

@@ -218,6 +218,53 @@ def test_a_batch_file_stays_below_batch_bytes(tmp_path, servers):
     assert con.execute("SELECT count(*) FROM probes JOIN connections USING (connection_id)").fetchall() == [(8,)]
 
 
+def test_small_batch_files_are_merged_into_one_before_ingest(tmp_path, servers, monkeypatch):
+    # a batch goes out as soon as it is 10 ms old: one probe at a time, each its own file
+    written = []
+    write_batch = scan.write_batch
+
+    def spy(directory, traces):
+        written.append(len(traces))
+        return write_batch(directory, traces)
+    monkeypatch.setattr(scan, "write_batch", spy)
+    summary, con = run_scan(tmp_path, servers, NAMES[:4], repetitions=2, concurrency=1,
+                            batch_age_s=0.01)
+    assert summary.outcomes == {"ok": 8}
+    # the files written while probing (a trace each, or a few), then one made of all of them
+    assert len(written) >= 5 and written[-1] == len(written) - 1
+    files = con.execute("SELECT DISTINCT qlog_path FROM probes").fetchall()
+    assert len(files) == 1
+    assert sorted(p.name for p in Path(files[0][0]).parent.iterdir()) == [Path(files[0][0]).name]
+    assert con.execute("SELECT count(*), min(qlog_trace_index), max(qlog_trace_index), "
+                       "count(DISTINCT qlog_trace_index) FROM probes").fetchall() == [(8, 0, 7, 8)]
+    # ingested once, and each probe joins its own trace (aioquic's trace title: "domain #repetition")
+    assert con.execute("SELECT count(*) FROM files").fetchall() == [(1,)]
+    assert con.execute("""SELECT count(*) FROM probes p JOIN connections c USING (connection_id)
+                          WHERE c.title = p.domain || ' #' || p.repetition""").fetchall() == [(8,)]
+
+
+def test_a_merge_leaves_alone_a_file_that_changed_since_it_was_written(tmp_path, servers):
+    summary, con = run_scan(tmp_path, servers, NAMES[:2], repetitions=2, concurrency=1,
+                            batch_age_s=0.01, batch_size=1)
+    con.close()
+    assert summary.outcomes == {"ok": 4}
+    # four files of one probe each (batch_size 1: none merged); drop the links, then edit one
+    from quicack.store import Store
+    with Store(str(tmp_path / "s.duckdb")) as store:
+        paths = [p for (p,) in store.con.execute("SELECT qlog_path FROM probes ORDER BY 1").fetchall()]
+        store.con.execute("UPDATE probes SET connection_id = NULL")
+        store.con.execute("DELETE FROM files")
+        with open(paths[1], "ab") as f:
+            f.write(b" ")
+        opts = scan.ScanOptions("unused", batch_size=2000)
+        out = scan.merge_batches(store, paths, opts)
+        # the first file stays alone (its neighbour changed), the last two are merged
+        assert out[:2] == paths[:2] and len(out) == 3 and out[2] not in paths
+        assert [Path(p).exists() for p in paths] == [True, True, False, False]
+        assert store.con.execute("SELECT qlog_path, qlog_trace_index FROM probes ORDER BY started_epoch_ms"
+                                 ).fetchall() == [(paths[0], 0), (paths[1], 0), (out[2], 0), (out[2], 1)]
+
+
 def test_scan_and_serve_usage_errors_are_one_line(tmp_path):
     db = str(tmp_path / "e.duckdb")
     missing = CliRunner().invoke(main, ["scan", str(tmp_path / "none.txt"), "--db", db])
