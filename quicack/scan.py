@@ -707,39 +707,53 @@ def merge_batches(store: Store, paths: list[str], opts: ScanOptions) -> list[str
     if len(paths) < 2:
         return paths
     batches = scanstore.pending_batches(store.con, paths)
-    out: list[str] = []
-    group: list[tuple[str, bytes]] = []  # (path, traces) of files read and to be merged
+    # Groups planned from probe counts and file sizes: a file that fills a batch on its own (a
+    # long scan's are all full) is ingested as it is, never read here.
+    groups: list[list[str]] = []
+    current: list[str] | None = None  # the group a following file may join
     probes = size = 0
-
-    def merge() -> None:
-        if len(group) == 1:
-            out.append(group[0][0])
-        elif group:
-            merged, digest = write_batch(Path(group[0][0]).parent, [traces for _, traces in group])
-            offsets = itertools.accumulate((batches[p][0] for p, _ in group[:-1]), initial=0)
-            scanstore.repoint_probes(store.con, list(zip((p for p, _ in group), offsets)),
-                                     str(merged), digest)
-            for path, _ in group:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            out.append(str(merged))
-        group.clear()
-
     for path in paths:
         n, sha = batches.get(path, (0, None))
-        traces = _batch_traces(path, sha) if sha is not None else None
-        if traces is None:  # not merged: ingested (or refused) as it is
-            merge()
-            out.append(path)
+        try:
+            file_bytes = os.path.getsize(path) if sha is not None else None
+        except OSError:
+            file_bytes = None
+        if file_bytes is None:  # not a batch file as written: ingested (or refused) as it is
+            groups.append([path])
+            current = None
             continue
-        if group and (probes + n > opts.batch_size or size + len(traces) > opts.batch_bytes):
-            merge()
-        if not group:
-            probes = size = 0
-        group.append((path, traces))
-        probes, size = probes + n, size + len(traces)
-    merge()
+        if current is None or probes + n > opts.batch_size or size + file_bytes > opts.batch_bytes:
+            current, probes, size = [], 0, 0
+            groups.append(current)
+        current.append(path)
+        probes, size = probes + n, size + file_bytes
+    out: list[str] = []
+    for group in groups:
+        run: list[tuple[str, bytes]] = []  # consecutive files read and checked
+        for path in group if len(group) > 1 else ():
+            traces = _batch_traces(path, batches[path][1])
+            if traces is None:  # changed since it was written: left alone
+                out += _merged(store, batches, run)
+                out.append(path)
+                run = []
+            else:
+                run.append((path, traces))
+        out += _merged(store, batches, run) if len(group) > 1 else group
     return out
+
+
+def _merged(store: Store, batches: dict, run: list[tuple[str, bytes]]) -> list[str]:
+    """The files of ``run`` (path, traces), as one file if there are several."""
+    from . import scanstore
+    if len(run) < 2:
+        return [path for path, _ in run]
+    merged, digest = write_batch(Path(run[0][0]).parent, [traces for _, traces in run])
+    offsets = itertools.accumulate((batches[path][0] for path, _ in run[:-1]), initial=0)
+    scanstore.repoint_probes(store.con, list(zip((path for path, _ in run), offsets)), str(merged), digest)
+    for path, _ in run:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return [str(merged)]
 
 
 # --- the dispatcher -------------------------------------------------------------------------------

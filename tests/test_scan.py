@@ -243,7 +243,7 @@ def test_small_batch_files_are_merged_into_one_before_ingest(tmp_path, servers, 
                           WHERE c.title = p.domain || ' #' || p.repetition""").fetchall() == [(8,)]
 
 
-def test_a_merge_leaves_alone_a_file_that_changed_since_it_was_written(tmp_path, servers):
+def test_a_merge_leaves_alone_a_file_that_changed_since_it_was_written(tmp_path, servers, monkeypatch):
     summary, con = run_scan(tmp_path, servers, NAMES[:2], repetitions=2, concurrency=1,
                             batch_age_s=0.01, batch_size=1)
     con.close()
@@ -256,6 +256,12 @@ def test_a_merge_leaves_alone_a_file_that_changed_since_it_was_written(tmp_path,
         store.con.execute("DELETE FROM files")
         with open(paths[1], "ab") as f:
             f.write(b" ")
+        # files that each fill a batch are ingested as they are, not even read
+        read = []
+        monkeypatch.setattr(scan, "_batch_traces", lambda path, sha: read.append(path))
+        assert scan.merge_batches(store, paths, scan.ScanOptions("unused", batch_size=1)) == paths
+        assert read == []
+        monkeypatch.undo()
         opts = scan.ScanOptions("unused", batch_size=2000)
         out = scan.merge_batches(store, paths, opts)
         # the first file stays alone (its neighbour changed), the last two are merged
