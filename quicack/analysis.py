@@ -134,9 +134,7 @@ def _handshake_inputs(con, first_id: int, ids: list[int]) -> Iterator[tuple[int,
     f_cid, f_event, *f_values = (c.to_pylist() for c in frames.columns)
     # (tuple.__new__ straight from each row: a named tuple's own __new__ is a Python call with
     # its arguments bound one by one, twice the cost for ~25 frames and ~10 packets a probe)
-    frame_objects = [_new_frame((kind, delay, largest,
-                                 _ranges(ranges, largest) if ranges or largest is not None else (),
-                                 offset, length, stream, code))
+    frame_objects = [_new_frame((kind, delay, largest, _ranges(ranges, largest), offset, length, stream, code))
                      for kind, delay, largest, ranges, offset, length, stream, code in zip(*f_values)]
     k, n_frames = 0, len(frame_objects)
     current, out = None, []
