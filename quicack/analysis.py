@@ -460,9 +460,12 @@ class _EventStream:
                 return
             _, at, k, t, space, pn, ranges, value = row
             if k == 1:
-                # ranges arrive flattened: [low1, high1, low2, high2, …]
-                pairs = list(zip(ranges[::2], ranges[1::2])) if ranges else ()
-                yield recovery.AckReceived(t, space, _ranges(pairs, pn), value, at)
+                # ranges arrive flattened: [low1, high1, low2, high2, …] (no gaps: as pairs at once)
+                if ranges and None not in ranges:
+                    yield recovery.AckReceived(t, space, tuple(zip(ranges[::2], ranges[1::2])), value, at)
+                else:
+                    pairs = list(zip(ranges[::2], ranges[1::2])) if ranges else ()
+                    yield recovery.AckReceived(t, space, _ranges(pairs, pn), value, at)
             elif k == 2:
                 yield recovery.Lost(t, space, pn, at)
             elif k == 3:

@@ -238,6 +238,7 @@ class Normalizer:
         self._events(t, named)
         self._odcid(named("parameters_set"), named("connection_started"))
         self._scratch = {}
+        pa.default_memory_pool().release_unused()  # (what _datagram_ids computed: Arrow's allocator keeps it)
 
     def _exec(self, sql: str):
         """Run ``sql`` with this slice's Arrow tables (``slice_events``, ``slice_groups``,
