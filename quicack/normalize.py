@@ -612,7 +612,7 @@ def _datagram_ids(rows: pa.Table) -> pa.Table:
         return rows.column(name).chunk(0) if rows.column(name).num_chunks else pa.array([], rows.schema.field(name).type)
 
     cid = col("connection_id")
-    first = pa.concat_arrays([pa.array([True] * min(n, 1)), pc.not_equal(cid.slice(1), cid.slice(0, max(n - 1, 0)))])
+    first = pa.concat_arrays([pa.array([True] * min(n, 1), pa.bool_()), pc.not_equal(cid.slice(1), cid.slice(0, max(n - 1, 0)))])
 
     def prev(column: str, carried: str) -> pa.Array:
         """The column's value of the previous packet of the same connection."""
