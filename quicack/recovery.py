@@ -278,7 +278,7 @@ class SentLog:
         i = bisect_right(self.numbers, pn) - 1
         if i < 0 or self.numbers[i] != pn:
             return False, None
-        return True, self.position(pn, before)
+        return True, self._in_flight(i, pn, before)
 
     def position(self, pn: int, before: int | None = None) -> int | None:
         """Where packet ``pn`` is; with ``before``: its latest send still in flight before that
@@ -287,10 +287,13 @@ class SentLog:
         i = bisect_right(self.numbers, pn) - 1
         if i < 0 or self.numbers[i] != pn:
             return None
-        if before is None:
-            return i
-        while i >= 0 and self.numbers[i] == pn:
-            if self._alive(i) == i and self.sent_at[i] < before:
+        return i if before is None else self._in_flight(i, pn, before)
+
+    def _in_flight(self, i: int, pn: int, before: int) -> int | None:
+        """The last position ≤ ``i`` of packet ``pn`` still in flight and sent before ``before``."""
+        numbers, sent_at, nxt = self.numbers, self.sent_at, self._next
+        while i >= 0 and numbers[i] == pn:
+            if nxt[i] == i and sent_at[i] < before:  # (nxt[i] == i: i itself is in flight)
                 return i
             i -= 1
         return None
@@ -424,7 +427,7 @@ def _on_ack(ev: AckReceived, at: int, est: RttEstimator, log: SentLog, result: R
     if not ranges:
         result.acks_without_sample += 1
         return None
-    largest = max(high for _, high in ranges)
+    largest = ranges[0][1] if len(ranges) == 1 else max(high for _, high in ranges)
     known, largest_at = log.lookup(largest, at)
     if not known:
         result.acks_of_unknown_packets += 1
