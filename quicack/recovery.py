@@ -305,7 +305,9 @@ class SentLog:
         numbers, sent_at, nxt, eliciting = self.numbers, self.sent_at, self._next, self.eliciting
         newly_any = newly_eliciting = False
         for low, high in ranges:
-            i = self._alive(bisect_left(numbers, low))
+            i = bisect_left(numbers, low)
+            if nxt[i] != i:
+                i = self._alive(i)
             end = bisect_right(numbers, high)
             while i < end:
                 if sent_at[i] < before:
