@@ -15,6 +15,7 @@ the client host, as scanners and browsers' captures are.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from array import array
 from collections.abc import Iterator
@@ -432,27 +433,17 @@ class _EventStream:
     connection at a time (in connection order)."""
 
     def __init__(self, con, first_id: int):
-        self._batches = iter(con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_reader(65536))
-        self._rows: Iterator = iter(())
-        self._pending = None
-
-    def _next_row(self):
-        if self._pending is not None:
-            row, self._pending = self._pending, None
-            return row
-        for row in self._rows:
-            return row
-        for batch in self._batches:
-            self._rows = zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
-            for row in self._rows:
-                return row
-        return None
+        batches = con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_reader(65536)
+        # every row of every batch, one batch turned into Python values at a time
+        self._rows: Iterator = itertools.chain.from_iterable(
+            zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))) for batch in batches)
+        self._pending: tuple | None = None  # the first row of the next connection
 
     def of(self, cid: int) -> Iterator:
-        while True:
-            row = self._next_row()
-            if row is None:
-                return
+        rows = self._rows
+        if self._pending is not None:
+            rows, self._pending = itertools.chain((self._pending,), rows), None
+        for row in rows:
             if row[0] < cid:
                 continue  # a connection that is not replayed
             if row[0] > cid:
