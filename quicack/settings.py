@@ -25,6 +25,7 @@ def changed(con: "duckdb.DuckDBPyConnection", **values):
     names = list(values)
     saved = dict(zip(names, con.execute(
         "SELECT " + ", ".join(f"current_setting({quote(n)})" for n in names)).fetchall()[0]))
+    saved = {name: _SET_AS.get((name, str(value)), value) for name, value in saved.items()}
     for name, value in values.items():
         if value is not None:
             con.execute(f"SET {name} = {quote(str(value))}")
@@ -32,4 +33,26 @@ def changed(con: "duckdb.DuckDBPyConnection", **values):
         yield saved
     finally:
         for name, value in saved.items():
-            con.execute(f"SET {name} = {quote(str(value))}")
+            restore(con, name, value)
+
+
+#: (setting, value as read back) -> the value set: sizes read back rounded down
+_SET_AS: dict[tuple[str, str], str] = {}
+
+
+def restore(con: "duckdb.DuckDBPyConnection", name: str, value) -> None:
+    """Set ``name`` back to ``value`` as :func:`changed` read it.  A size reads rounded down
+    ('18.8 GiB' is 18.79… GiB once set, read back as '18.7 GiB'), so setting what was read would
+    shrink it a little every time: a size that the setting's default reads as is reset instead,
+    and another is remembered as set, so the next save takes it rather than its rounding."""
+    text = str(value)
+    if not text.endswith("iB"):
+        con.execute(f"SET {name} = {quote(text)}")
+        return
+    con.execute(f"RESET {name}")
+    if con.execute(f"SELECT current_setting({quote(name)})").fetchall()[0][0] == text:
+        return
+    con.execute(f"SET {name} = {quote(text)}")
+    read = con.execute(f"SELECT current_setting({quote(name)})").fetchall()[0][0]
+    if read != text:
+        _SET_AS[(name, read)] = text
