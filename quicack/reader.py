@@ -798,6 +798,8 @@ def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int
             try:
                 n = side.execute(f"SELECT count(*) FROM read_json_objects({quote(tmp)}, "
                                  f"format='array', maximum_object_size={MAX_OBJECT_BYTES})").fetchall()[0][0]
+            except duckdb.OutOfMemoryException:
+                raise  # (not a bad cut: the caller reads the file again with more memory)
             except duckdb.Error:
                 continue
             return cut, tmp, n
@@ -991,6 +993,8 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
                                 coalesce(name, '') AS name, rec
                          FROM ({select}){" ORDER BY rn" if info.time_format == "delta" else ""}
                       """).to_arrow_table(ARROW_BATCH_ROWS)
+    except duckdb.OutOfMemoryException:
+        raise  # (not a malformed record: the caller reads the file again with more memory)
     except duckdb.Error as e:
         if source._diagnose is not None:
             raise source._diagnose(e) from None

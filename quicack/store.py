@@ -207,8 +207,22 @@ class Store:
                 # wall time (a scan's batch file of 1000 probes: 1.2 → 0.95 CPU-s).
                 values["threads"] = 1
             # (the collector tuned too: a scan's batch file is ~500k objects a thousand probes)
-            with settings.changed(self.con, **values), collector.tuned():
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+            with settings.changed(self.con, **values) as saved, collector.tuned():
+                try:
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+                except duckdb.OutOfMemoryException:
+                    pass  # (rolled back) a file whose records the cap cannot hold: an event of tens of MB
+                # Read again with DuckDB's memory limit as it was: the cap keeps memory flat for files
+                # of ordinary events, it must not refuse a valid file.
+                settings.restore(self.con, "memory_limit", saved["memory_limit"])
+                note = (f"DuckDB needed more memory than the {values['memory_limit']} it is given while a qlog is "
+                        f"ingested (an event of several MB?): read again with its usual limit ({saved['memory_limit']})")
+                try:
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports,
+                                             is_capture, notes=(note,))
+                except duckdb.OutOfMemoryException as e:
+                    return FileResult(name, "refused", error=str(QuicackError(
+                        f"out of memory: {str(e).splitlines()[0]}", name)))
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         finally:
@@ -231,7 +245,10 @@ class Store:
 
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
                      quic_ports: tuple[int, ...], is_capture: bool,
-                     dissection: pcap.Dissection | None = None, threads: int = 1) -> FileResult:
+                     dissection: pcap.Dissection | None = None, threads: int = 1,
+                     notes: tuple[str, ...] = ()) -> FileResult:
+        """Ingest one file in one transaction; ``notes``: warnings to record with it.  A file that
+        cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
         self.con.execute("BEGIN")
         try:
             file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
@@ -248,6 +265,7 @@ class Store:
 
                 with reader.open_source(path, self.con) as staged, \
                         contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
+                    staged.warnings.extend(notes)
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
                     for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
                         normalizer.add(part.trace_index, events, part.traces)
@@ -277,6 +295,9 @@ class Store:
         except QuicackError as e:
             self.con.execute("ROLLBACK")
             return FileResult(name, "refused", error=str(e))
+        except duckdb.OutOfMemoryException:
+            self.con.execute("ROLLBACK")
+            raise
         except duckdb.Error as e:
             self.con.execute("ROLLBACK")
             return FileResult(name, "refused", error=str(QuicackError(

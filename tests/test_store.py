@@ -70,6 +70,30 @@ def test_a_json_qlog_never_closed_keeps_its_complete_events(store, tmp_path):
     assert [r["packet_number"] for r in rows(store, "SELECT packet_number FROM packets ORDER BY 1")] == list(range(7))
 
 
+@pytest.mark.parametrize("suffix", [".sqlog", ".qlog"])
+def test_a_file_with_an_event_too_large_for_the_ingest_memory_cap_is_read_again_without_it(store, tmp_path, suffix):
+    # One 30 MB event (a producer logging a large payload) needs more than the 96 MB DuckDB is
+    # given while a qlog is ingested: the file is valid, so it is read again with the usual limit.
+    events = _events(5)
+    events[2:2] = [{"time": 2.5, "name": "transport:blob", "data": {"payload": "ab" * 15_000_000}}]
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ", "trace": {"vantage_point": {"type": "client"}}}
+    path = tmp_path / f"large{suffix}"
+    if suffix == ".sqlog":
+        path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header, *events]))
+    else:
+        path.write_bytes(orjson.dumps({"qlog_version": "0.3", "traces": [
+            {"vantage_point": {"type": "client"}, "events": events}]}))
+    limit = rows(store, "SELECT current_setting('memory_limit') AS v")
+    result = store.ingest(path)
+    assert result.status == "ingested", result.error
+    assert result.packets == 5 and result.skipped_events == {"transport:blob": 1}
+    assert len(result.warnings) == 1 and result.warnings[0].startswith(
+        "DuckDB needed more memory than the 96MB it is given while a qlog is ingested")
+    assert rows(store, "SELECT warnings FROM files") == [{"warnings": result.warnings}]
+    assert rows(store, "SELECT length(data->>'$.payload') AS n FROM other_events") == [{"n": 30_000_000}]
+    assert rows(store, "SELECT current_setting('memory_limit') AS v") == limit
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_json_seq_record_cut_in_the_middle_keeps_the_records_before(store, tmp_path, gz):
     import gzip
