@@ -447,11 +447,14 @@ def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
             for line in lines:
                 if line.strip():
                     record += 1
+                    start = offset + len(line) - len(line.lstrip())
                     try:
                         orjson.loads(line)
                     except orjson.JSONDecodeError as err:
-                        start = offset + len(line) - len(line.lstrip())
                         return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
+                    if len(line) > MAX_OBJECT_BYTES:
+                        return QuicackError(f"record {record} is {len(line) / 1e6:.0f} MB, more than the "
+                                            f"{MAX_OBJECT_BYTES >> 20} MiB an event may have", name, f"{unit} {start}")
                 offset += len(line) + 1
             if not chunk:
                 return QuicackError(f"malformed event records: {_duck_message(e)}", name)

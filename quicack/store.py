@@ -217,14 +217,13 @@ class Store:
                 settings.restore(self.con, "memory_limit", saved["memory_limit"])
                 note = (f"DuckDB needed more memory than the {values['memory_limit']} it is given while a qlog is "
                         f"ingested (an event of several MB?): read again with its usual limit ({saved['memory_limit']})")
-                try:
-                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports,
-                                             is_capture, notes=(note,))
-                except duckdb.OutOfMemoryException as e:
-                    return FileResult(name, "refused", error=str(QuicackError(
-                        f"out of memory: {str(e).splitlines()[0]}", name)))
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                         notes=(note,))
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
+        except duckdb.OutOfMemoryException as e:  # (rolled back) even with DuckDB's usual limit
+            return FileResult(name, "refused", error=str(QuicackError(f"out of memory: {str(e).splitlines()[0]}",
+                                                                      name)))
         finally:
             if dissection is not None:
                 dissection.close()  # not taken over (a qlog, an unchanged capture) or done

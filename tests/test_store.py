@@ -94,6 +94,34 @@ def test_a_file_with_an_event_too_large_for_the_ingest_memory_cap_is_read_again_
     assert rows(store, "SELECT current_setting('memory_limit') AS v") == limit
 
 
+def test_a_file_too_large_even_for_the_usual_memory_limit_is_refused_and_the_store_is_untouched(store, tmp_path):
+    store.ingest(QUICHE_SEQ)
+    before = snapshot(store)
+    store.con.execute("SET memory_limit = '32MB'")  # the usual limit of a (very) small machine
+    path = tmp_path / "large.sqlog"
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ", "trace": {"vantage_point": {"type": "client"}}}
+    blob = {"time": 1.0, "name": "transport:blob", "data": {"payload": "ab" * 14_000_000}}
+    path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header, blob, *_events(3)]))
+    result = store.ingest(path)
+    assert result.status == "refused"
+    assert result.error.startswith(f"{path}: out of memory: Out of Memory Error")
+    store.con.execute("RESET memory_limit")
+    assert snapshot(store) == before
+
+
+def test_an_event_larger_than_32_mib_is_refused_as_such(store, tmp_path):
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ", "trace": {"vantage_point": {"type": "client"}}}
+    blob = {"time": 1.0, "name": "transport:blob", "data": {"payload": "ab" * 20_000_000}}
+    records = [RS + orjson.dumps(r) + b"\n" for r in [header, *_events(2), blob]]
+    path = tmp_path / "huge.sqlog"
+    path.write_bytes(b"".join(records))
+    before = snapshot(store)
+    result = store.ingest(path)
+    at = len(b"".join(records[:3])) + 1
+    assert result.error == f"{path} at byte {at}: record 4 is 40 MB, more than the 32 MiB an event may have"
+    assert snapshot(store) == before
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_json_seq_record_cut_in_the_middle_keeps_the_records_before(store, tmp_path, gz):
     import gzip
