@@ -118,7 +118,7 @@ def main() -> None:
 
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
-                 quic_ports: tuple[int, ...] = ()) -> Summary:
+                 quic_ports: tuple[int, ...] = (), jobs: int | None = None) -> Summary:
     from . import ingest  # light: it starts tshark on a capture before loading DuckDB
 
     early, _EARLY[0] = _EARLY[0], None
@@ -132,7 +132,7 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
     show = not quiet and _err().is_terminal and (len(files) > 1 or total > 20_000_000)
     if not show:
         return ingest.analyze(files, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
-                              dissection=early)
+                              dissection=early, jobs=jobs)
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=_err(), transient=True) as bar:
@@ -141,7 +141,7 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
         def step(path: Path, size: int) -> None:
             bar.update(task, advance=size, description=path.name[:40])
         return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step, keylog=keylog,
-                              quic_ports=quic_ports, dissection=early)
+                              quic_ports=quic_ports, dissection=early, jobs=jobs)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
@@ -189,7 +189,10 @@ def _print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
 @click.option("--quic-port", "quic_ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
               help="Decode this UDP port as QUIC in captures (repeatable); tshark's heuristics "
                    "find QUIC on most ports by themselves.")
-def analyze(paths, db, reanalyze, quiet, keylog, quic_ports):
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="Small qlog files (up to 4 MB) ingested at once, each in its own transaction; "
+                   "default: one per core.")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
@@ -201,7 +204,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports):
     file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs)
     except QuicackError as e:
         _fail(e)
     _print_summary(summary, db)

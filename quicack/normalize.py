@@ -25,6 +25,7 @@ Field spellings differ between qlog generations; each column takes the first spe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import duckdb
 import pyarrow as pa
@@ -150,11 +151,15 @@ class Normalizer:
     """Normalizes one file, slice after slice, inside the caller's transaction."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, traces: list[TraceInfo], file_id: int,
-                 first_connection_id: int):
+                 first_connection_id: int | None, allocate: Callable[[int], int] | None = None):
+        """Connection ids count up from ``first_connection_id``; or, with ``allocate(n)`` (the
+        first of n ids taken for this file, while other files are ingested at the same time),
+        from the first id it hands out (``first_connection_id`` is then set by the first slice)."""
         self.con = con
         self.traces = traces
         self.file_id = file_id
         self.first_connection_id = first_connection_id
+        self.allocate = allocate
         self.connections = 0
         self.events = 0
         self._scratch: dict = {}
@@ -206,7 +211,12 @@ class Normalizer:
         self._keep("slice_groups", """
             SELECT trace_index, group_key, min("row") AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
             FROM slice_events GROUP BY trace_index, group_key""")
-        next_id = self.first_connection_id + self.connections
+        if self.allocate is not None:  # (as many ids as groups: those seen before leave a gap)
+            next_id = self.allocate(self._scratch["slice_groups"].num_rows)
+            if self.first_connection_id is None:
+                self.first_connection_id = next_id
+        else:
+            next_id = self.first_connection_id + self.connections
         self._exec(f"""INSERT INTO conn
             SELECT trace_index, group_key, {next_id} - 1 + row_number() OVER (ORDER BY trace_index, first_row),
                    {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL, NULL,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
 import re
 import threading
 from collections.abc import Callable
@@ -103,6 +104,7 @@ class Store:
 
     def __init__(self, path: str | Path = "quicack.duckdb", read_only: bool = False):
         self.path = str(path)
+        self._ids: _Ids | None = None  # set on the views of ingest_many only
         try:
             self.con = duckdb.connect(self.path, read_only=read_only)
         except duckdb.Error as e:
@@ -206,6 +208,8 @@ class Store:
                 # few thousand to a hundred thousand rows then cost ~20 % less CPU and no more
                 # wall time (a scan's batch file of 1000 probes: 1.2 → 0.95 CPU-s).
                 values["threads"] = 1
+            if self._ids is not None:  # a worker of ingest_many: settings and collector set around all
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
             # (the collector tuned too: a scan's batch file is ~500k objects a thousand probes)
             with settings.changed(self.con, **values) as saved, collector.tuned():
                 try:
@@ -222,6 +226,8 @@ class Store:
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         except duckdb.OutOfMemoryException as e:  # (rolled back) even with DuckDB's usual limit
+            if self._ids is not None:
+                raise  # (ingest_many reads it again on its own, with the retry above)
             return FileResult(name, "refused", error=str(QuicackError(f"out of memory: {str(e).splitlines()[0]}",
                                                                       name)))
         finally:
@@ -229,6 +235,79 @@ class Store:
                 dissection.close()  # not taken over (a qlog, an unchanged capture) or done
             digest.join()
             report(size)
+
+    def ingest_many(self, paths: list[Path], jobs: int, reanalyze: bool = False,
+                    progress: Callable[[Path, int], None] | None = None) -> list[FileResult]:
+        """Ingest small qlog files ``jobs`` at a time, each in its own transaction on its own cursor;
+        return their results in the order of ``paths``.
+
+        A small file costs ~70 statements whose planning outweighs their work, each on one core:
+        ``jobs`` files at once keep that many cores busy (a folder of 60 small qlogs: ~1.9× on
+        two).  Each ingest takes its file and connection ids from one counter, inside its
+        transaction: DuckDB shows a transaction only what was committed when it began, so rows it
+        sees beyond its own first id are its own (and appends do not conflict).  The settings of
+        :data:`INGEST_SETTINGS` (one DuckDB thread; the memory cap, once per job) and the
+        collector's tuning are set once around all of them.  Read on their own afterwards, in
+        order: a file whose content an earlier one of ``paths`` has (then unchanged, as in a
+        row), and one that ran DuckDB out of memory (then with the usual limit, as :meth:`ingest`
+        does).  ``progress(path, n)`` as for :func:`quicack.ingest.analyze`.
+        """
+        results: list[FileResult | None] = [None] * len(paths)
+        first_of: dict[str, int] = {}
+        todo, after = [], []
+        for i, path in enumerate(paths):
+            if pcap.is_capture(path):
+                after.append(i)  # (captures have their own settings: one at a time)
+                continue
+            try:
+                digest = _Digest(path, background=False).value()
+            except OSError:
+                todo.append(i)  # (ingest says why)
+                continue
+            (after if digest in first_of else todo).append(i)
+            first_of.setdefault(digest, i)
+        ids = _Ids(self.con)
+        pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in todo:
+            pending.put(i)
+        lock = threading.Lock()
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            view = object.__new__(Store)
+            view.path, view.con, view._ids = self.path, self.con.cursor(), ids
+            try:
+                while not failures:
+                    try:
+                        i = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    step = (lambda n, path=paths[i]: progress(path, n)) if progress else None
+                    try:
+                        results[i] = view.ingest(paths[i], reanalyze=reanalyze, progress=step)
+                    except duckdb.OutOfMemoryException:
+                        with lock:
+                            after.append(i)
+            except BaseException as e:  # raised in the caller's thread
+                failures.append(e)
+            finally:
+                view.con.close()
+
+        cap = int(INGEST_SETTINGS["memory_limit"].removesuffix("MB")) * jobs
+        with settings.changed(self.con, **dict(INGEST_SETTINGS, threads=1, memory_limit=f"{cap}MB")), \
+                collector.tuned():
+            workers = [threading.Thread(target=work, name=f"quicack-ingest-{k}", daemon=True)
+                       for k in range(max(1, min(jobs, len(todo))))]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        if failures:
+            raise failures[0]
+        for i in sorted(after):
+            step = (lambda n, path=paths[i]: progress(path, n)) if progress else None
+            results[i] = self.ingest(paths[i], reanalyze=reanalyze, progress=step)
+        return results
 
     def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
         """The result for a file this analysis version already holds, else None."""
@@ -250,9 +329,12 @@ class Store:
         cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
         self.con.execute("BEGIN")
         try:
-            file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
-            first_connection = self.con.execute(
-                "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
+            if self._ids is None:
+                file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
+                first_connection = self.con.execute(
+                    "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
+            else:  # (a qlog: its normalizer takes connection ids as it finds connections)
+                file_id, first_connection = self._ids.file_id(), None
             if is_capture:
                 staged = pcap.stage(self.con, path, keylog, quic_ports, dissection)
                 # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
@@ -265,7 +347,8 @@ class Store:
                 with reader.open_source(path, self.con) as staged, \
                         contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     staged.warnings.extend(notes)
-                    normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection)
+                    normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection,
+                                                      self._ids.connections if self._ids else None)
                     for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
                         normalizer.add(part.trace_index, events, part.traces)
                         report(part.done_bytes)
@@ -277,6 +360,7 @@ class Store:
                     if not staged.events:
                         raise QuicackError("qlog stream has a header but no events", name)
                     normalizer.finish()
+                    first_connection = normalizer.first_connection_id
             analysis.analyze(self.con, first_connection)
             unchanged = self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
             if unchanged:
@@ -385,6 +469,28 @@ class Store:
             self.con.execute(f"COPY {name} TO '{str(target).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
             written.append(target)
         return written
+
+
+class _Ids:
+    """File and connection ids handed out to the concurrent ingests of :meth:`Store.ingest_many`,
+    counting up from the store's largest."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._lock = threading.Lock()
+        self._file, self._connection = con.execute(
+            "SELECT (SELECT coalesce(max(file_id), 0) + 1 FROM files), "
+            "(SELECT coalesce(max(connection_id), 0) + 1 FROM connections)").fetchall()[0]
+
+    def file_id(self) -> int:
+        with self._lock:
+            self._file += 1
+            return self._file - 1
+
+    def connections(self, n: int) -> int:
+        """The first of ``n`` connection ids."""
+        with self._lock:
+            self._connection += n
+            return self._connection - n
 
 
 class _Digest:
