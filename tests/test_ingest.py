@@ -56,6 +56,11 @@ def test_small_files_ingested_at_once_store_what_one_at_a_time_stores(folder, tm
     stored = content(tmp_path / "two.duckdb")
     assert stored == content(tmp_path / "one.duckdb")
     assert stored["ids"] == [(True,)] and len(stored["files"]) == 16
+    # analysed again: each file's previous rows are deleted while others are written
+    again = ingest.analyze([folder], db=tmp_path / "two.duckdb", jobs=2, reanalyze=True)
+    ingest.analyze([folder], db=tmp_path / "one.duckdb", jobs=1, reanalyze=True)
+    assert again.count("ingested") == 17 and again.count("refused") == 1
+    assert content(tmp_path / "two.duckdb") == content(tmp_path / "one.duckdb")
 
 
 def test_a_file_that_runs_out_of_memory_among_others_is_read_again_on_its_own(folder, tmp_path, monkeypatch):
