@@ -4,10 +4,12 @@ Theory of operation: ``quicack.reader`` stages a file slice by slice into the te
 ``ev`` (canonical name, time in ms, the record as JSON text).  :class:`Normalizer` routes each
 slice's events to their tables — ``packet_sent``/``packet_received`` to ``packets`` and
 ``frames``, ``metrics_updated`` to ``logged_metrics``, ``packet_lost``/``packet_dropped``/timer
-events to their own tables and everything else to ``other_events`` — entirely inside DuckDB.
-Each routed event's record is parsed once, by ``json_transform`` into a STRUCT holding every
-field spelling the columns need; the raw JSON is extracted only where a column keeps it
-(``other_events.data``, ``frames.details``, ``transport_parameters.parameters``).
+events to their own tables and everything else to ``other_events`` — inside DuckDB, except the
+datagram each packet belongs to, derived from the slice's packets with Arrow compute
+(:func:`_datagram_ids`).  Each routed event's record is parsed by ``json_transform`` into a
+STRUCT holding every field spelling the columns need (a packet's twice: its header, then its
+frames); the raw JSON is extracted only where a column keeps it (``other_events.data``,
+``frames.details``, ``transport_parameters.parameters``).
 
 What a slice needs from earlier slices is carried in small per-file tables: ``conn`` (connection
 ids per (trace, group), event counts, time base, first and last times, the client's CID, the last
