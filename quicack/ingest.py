@@ -2,8 +2,9 @@
 
 Theory of operation: folders are walked recursively for trace files (qlog, sqlog, their gzip
 forms, NDJSON and JSON) and captures (pcap, pcapng, also gzipped); each file is handed to
-:meth:`quicack.store.Store.ingest`, which commits or rolls back that file alone.  Progress is
-reported through a callback so the CLI can draw it.
+:meth:`quicack.store.Store.ingest`, which commits or rolls back that file alone — the small qlogs
+first, several at a time (:meth:`quicack.store.Store.ingest_many`), then the others in order.
+Progress is reported through a callback so the CLI can draw it.
 
 Start-up counts for a capture (a user waits for it): tshark spends a few tenths of a second
 loading its dissectors before it writes a row, so the first capture's tshark is started before

@@ -8,7 +8,8 @@ recorded in ``store_meta``.  Each input file is ingested in one transaction — 
 exactly as it was.  A file whose hash was already ingested by this analysis version is skipped;
 ``reanalyze`` deletes its rows and ingests it again.  The hash of a large file is computed in a
 thread while the file is read (an unchanged file is noticed, and its work dropped, as soon as
-the hash is known).
+the hash is known).  Small qlogs can be ingested several at a time (:meth:`Store.ingest_many`),
+each still in its own transaction, on its own cursor.
 """
 
 from __future__ import annotations
