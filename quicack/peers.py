@@ -510,7 +510,9 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     server_qlogs = running.qlog_files()  # after stop: flushed
     keylog = Path(summary.out_dir) / "sslkeylog.txt"
     progress(f"ingesting the capture and {len(server_qlogs)} server qlog file(s)")
-    done = ingest.analyze([pcap, *server_qlogs], db=db, keylog=keylog)
+    # (the peer's port decoded as QUIC: tshark's heuristics lose to a dissector registered for a
+    # random client or server port now and then, and the capture then shows no QUIC at all)
+    done = ingest.analyze([pcap, *server_qlogs], db=db, keylog=keylog, quic_ports=(running.port,))
     failures = [f"{f.path}: {f.error}" for f in done.files if f.status == "refused"]
     return PeerScan(p.name, summary.run, summary.run_id, summary.outcomes, pcap, keylog, server_qlogs,
                     [*summary.ingest_failures, *failures])

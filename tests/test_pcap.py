@@ -328,6 +328,23 @@ def test_quic_port_option_for_an_undetected_capture(tmp_path):
     assert any("malformed QUIC datagrams (versions seen: 0xff00000f" in w for w in forced.warnings)
 
 
+def test_a_peer_port_tshark_gives_to_another_protocol_is_decoded_as_quic_when_named(tmp_path):
+    """A peer scan's capture whose server port was 34980, EtherCAT's: by hand ``tshark -r FILE -T
+    fields -e frame.protocols -e udp.srcport`` shows 'eth:ethertype:ip:udp:ecatf:data 34980' for
+    its 36 datagrams to and from that port, so tshark's QUIC heuristics never see them.  Refused
+    as no QUIC; with the port named, three connections (the scan's three probes) decrypt with the
+    scan's key log.  quicack.peers.scan names the peer's port for this reason."""
+    folder = DATA / "peers/quinn/port-34980"
+    with Store(tmp_path / "s.duckdb") as store:
+        refused = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log")
+        forced = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log", quic_ports=(34980,))
+        rows = store.con.execute("""SELECT cc.server_port, count(*), sum(cc.packets_not_decrypted)
+            FROM capture_connections cc GROUP BY ALL""").fetchall()
+    assert refused.status == "refused" and "none dissected as QUIC" in refused.error
+    assert forced.status == "ingested" and forced.connections == 3
+    assert rows == [(34980, 3, 0)]
+
+
 def test_gso_superframes_reported_and_not_misread(tmp_path):
     """aioquic server sending runs of equal-size datagrams with UDP_SEGMENT (make_capture.py --gso):
     by hand ``tshark -r cap.pcapng -Y 'udp.length > 1480' -T fields -e udp.srcport -e udp.length``
