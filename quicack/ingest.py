@@ -61,7 +61,8 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     Captures are decrypted with ``keylog`` (else a key log beside each capture); ``quic_ports``
     are decoded as QUIC.  ``dissection``: tshark already started (quicack.cli starts it before
     parsing its command line), taken over if it is the first file's, else stopped.  ``jobs``:
-    small qlog files ingested at once (default: one per core), each in its own transaction.
+    small qlog files ingested at once (default: one per core), each in its own transaction;
+    ``progress`` is then called from that many threads.
     """
     files = expand(paths)
     jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
