@@ -177,6 +177,14 @@ def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
+def _flat_ranges(flat, largest) -> tuple[tuple[int, int], ...]:
+    """:func:`_ranges` of ranges flattened as [low1, high1, low2, high2, …] (one step when no
+    value is missing, as in nearly every ACK)."""
+    if flat and None not in flat:
+        return tuple(zip(flat[::2], flat[1::2]))
+    return _ranges(list(zip(flat[::2], flat[1::2])) if flat else (), largest)
+
+
 def _fill_sql_figures(con, first_id: int) -> None:
     """Figures cheaper in SQL: HANDSHAKE_DONE, first response byte, server transport parameters,
     the exponent the first ACK delay was decoded with."""
@@ -451,12 +459,7 @@ class _EventStream:
                 return
             _, at, k, t, space, pn, ranges, value = row
             if k == 1:
-                # ranges arrive flattened: [low1, high1, low2, high2, …] (no gaps: as pairs at once)
-                if ranges and None not in ranges:
-                    yield recovery.AckReceived(t, space, tuple(zip(ranges[::2], ranges[1::2])), value, at)
-                else:
-                    pairs = list(zip(ranges[::2], ranges[1::2])) if ranges else ()
-                    yield recovery.AckReceived(t, space, _ranges(pairs, pn), value, at)
+                yield recovery.AckReceived(t, space, _flat_ranges(ranges, pn), value, at)
             elif k == 2:
                 yield recovery.Lost(t, space, pn, at)
             elif k == 3:
