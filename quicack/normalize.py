@@ -153,15 +153,16 @@ class Normalizer:
     """Normalizes one file, slice after slice, inside the caller's transaction."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, traces: list[TraceInfo], file_id: int,
-                 first_connection_id: int | None, allocate: Callable[[int], int] | None = None):
-        """Connection ids count up from ``first_connection_id``; or, with ``allocate(n)`` (the
-        first of n ids taken for this file, while other files are ingested at the same time),
-        from the first id it hands out (``first_connection_id`` is then set by the first slice)."""
+                 allocate: Callable[[int], int]):
+        """Connection ids come from ``allocate(n)``, the first of ``n`` new ids, asked for as each
+        slice finds connections (other files may be ingested at the same time); the first one is
+        ``first_connection_id``."""
         self.con = con
         self.traces = traces
         self.file_id = file_id
-        self.first_connection_id = first_connection_id
         self.allocate = allocate
+        self.first_connection_id: int | None = None
+        self._groups: set[tuple[int, str]] = set()  # (trace, group) of each connection so far
         self.connections = 0
         self.events = 0
         self._scratch: dict = {}
@@ -213,19 +214,19 @@ class Normalizer:
         self._keep("slice_groups", """
             SELECT trace_index, group_key, min("row") AS first_row, count(*) AS n, min(t_ms) AS lo, max(t_ms) AS hi
             FROM slice_events GROUP BY trace_index, group_key""")
-        if self.allocate is not None:  # (as many ids as groups: those seen before leave a gap)
-            next_id = self.allocate(self._scratch["slice_groups"].num_rows)
-            if self.first_connection_id is None:
-                self.first_connection_id = next_id
-        else:
-            next_id = self.first_connection_id + self.connections
+        groups = self._scratch["slice_groups"]
+        found = set(zip(groups.column("trace_index").to_pylist(), groups.column("group_key").to_pylist()))
+        next_id = self.allocate(len(found - self._groups))
+        self._groups |= found
+        if self.first_connection_id is None:
+            self.first_connection_id = next_id
         self._exec(f"""INSERT INTO conn
             SELECT trace_index, group_key, {next_id} - 1 + row_number() OVER (ORDER BY trace_index, first_row),
                    {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL, NULL,
                    NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
             FROM slice_groups g WHERE NOT EXISTS (SELECT 1 FROM conn c
                                                   WHERE c.trace_index = g.trace_index AND c.group_key = g.group_key)""")
-        self.connections = con.execute("SELECT count(*) FROM conn").fetchall()[0][0]
+        self.connections = len(self._groups)
         self._exec("""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
                                last_ms = greatest(conn.last_ms, g.hi)
             FROM slice_groups g WHERE conn.trace_index = g.trace_index AND conn.group_key = g.group_key""")

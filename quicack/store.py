@@ -330,13 +330,10 @@ class Store:
         cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
         self.con.execute("BEGIN")
         try:
-            if self._ids is None:
-                file_id = self.con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchall()[0][0]
-                first_connection = self.con.execute(
-                    "SELECT coalesce(max(connection_id), 0) + 1 FROM connections").fetchall()[0][0]
-            else:  # (a qlog: its normalizer takes connection ids as it finds connections)
-                file_id, first_connection = self._ids.file_id(), None
-            if is_capture:
+            ids = self._ids or _Ids(self.con)  # (read inside the transaction: the store's largest + 1)
+            file_id = ids.file_id()
+            if is_capture:  # (never one of ingest_many's: its connections count up from the next id)
+                first_connection = ids.connections(0)
                 staged = pcap.stage(self.con, path, keylog, quic_ports, dissection)
                 # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
                 # committed faster by one thread than by several that wait for one another.
@@ -348,8 +345,7 @@ class Store:
                 with reader.open_source(path, self.con) as staged, \
                         contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
                     staged.warnings.extend(notes)
-                    normalizer = normalize.Normalizer(self.con, staged.traces, file_id, first_connection,
-                                                      self._ids.connections if self._ids else None)
+                    normalizer = normalize.Normalizer(self.con, staged.traces, file_id, ids.connections)
                     for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
                         normalizer.add(part.trace_index, events, part.traces)
                         report(part.done_bytes)
@@ -473,8 +469,8 @@ class Store:
 
 
 class _Ids:
-    """File and connection ids handed out to the concurrent ingests of :meth:`Store.ingest_many`,
-    counting up from the store's largest."""
+    """File and connection ids counting up from the store's largest: handed out to one ingest, or
+    to the concurrent ingests of :meth:`Store.ingest_many`."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self._lock = threading.Lock()
