@@ -14,6 +14,7 @@ each still in its own transaction, on its own cursor.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import queue
@@ -254,19 +255,27 @@ class Store:
         does).  ``progress(path, n)`` as for :func:`quicack.ingest.analyze`.
         """
         results: list[FileResult | None] = [None] * len(paths)
-        first_of: dict[str, int] = {}
         todo, after = [], []
+        sizes = collections.Counter(_size(path) for path in paths)
+        first_of: dict[str, int] = {}
         for i, path in enumerate(paths):
             if pcap.is_capture(path):
                 after.append(i)  # (captures have their own settings: one at a time)
                 continue
-            try:
-                digest = _Digest(path, background=False).value()
-            except OSError:
-                todo.append(i)  # (ingest says why)
-                continue
-            (after if digest in first_of else todo).append(i)
-            first_of.setdefault(digest, i)
+            if sizes[_size(path)] > 1:  # (only files of one size can be copies: hashed here, and again by ingest)
+                try:
+                    digest = _Digest(path, background=False).value()
+                except OSError:
+                    digest = None  # (ingest says why)
+                if digest in first_of:
+                    after.append(i)
+                    continue
+                if digest is not None:
+                    first_of[digest] = i
+            todo.append(i)
+
+        def step(i: int):
+            return (lambda n, path=paths[i]: progress(path, n)) if progress else None
         ids = _Ids(self.con)
         pending: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in todo:
@@ -283,9 +292,8 @@ class Store:
                         i = pending.get_nowait()
                     except queue.Empty:
                         return
-                    step = (lambda n, path=paths[i]: progress(path, n)) if progress else None
                     try:
-                        results[i] = view.ingest(paths[i], reanalyze=reanalyze, progress=step)
+                        results[i] = view.ingest(paths[i], reanalyze=reanalyze, progress=step(i))
                     except duckdb.OutOfMemoryException:
                         with lock:
                             after.append(i)
@@ -306,8 +314,7 @@ class Store:
         if failures:
             raise failures[0]
         for i in sorted(after):
-            step = (lambda n, path=paths[i]: progress(path, n)) if progress else None
-            results[i] = self.ingest(paths[i], reanalyze=reanalyze, progress=step)
+            results[i] = self.ingest(paths[i], reanalyze=reanalyze, progress=step(i))
         return results
 
     def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
@@ -466,6 +473,13 @@ class Store:
             self.con.execute(f"COPY {name} TO '{str(target).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
             written.append(target)
         return written
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 class _Ids:
