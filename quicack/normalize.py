@@ -353,20 +353,22 @@ class Normalizer:
             sender = f"CASE WHEN p.is_sent THEN {local} ELSE {peer} END"
             direction = "CASE WHEN p.is_sent THEN 'sent' ELSE 'received' END"
 
-        # Datagrams (see _datagram_ids): each packet with what decides whether it shares the
+        # Datagrams (see _datagram_ids): each packet with its columns, what decides whether it shares the
         # datagram of the packet before it, and what the connection carried from earlier slices.
         self._keep("slice_datagrams", f"""
             SELECT p.event_index, p.connection_id, {direction} AS direction, {sender} AS sender, p.packet_type,
-                   p.dcid, p.t_ms, p.rank, p.checksum, c.rx_datagrams + p.rx_in_slice AS rx_seq, c.datagrams,
+                   p.dcid, p.t_ms, p.rank, p.checksum, c.rx_datagrams + p.rx_in_slice AS rx_seq,
+                   p.time_ms, p.epoch_ms, p.packet_number, p.size_bytes, p.logged_datagram_id, p.eliciting,
+                   p.frame_count, c.datagrams,
                    c.last_direction, c.last_t, c.last_rank, c.last_checksum, c.last_rx_seq
             FROM slice_packets p JOIN conn c USING (connection_id)""")
         self._scratch["slice_datagrams"] = _datagram_ids(self._scratch["slice_datagrams"])
         self._exec(f"""INSERT INTO packets
-            SELECT p.connection_id, p.event_index, p.time_ms, p.epoch_ms, pk.direction, pk.sender, p.packet_type,
-                   {_SPACE.format(t='p.packet_type')}, p.packet_number, p.size_bytes,
-                   coalesce(p.logged_datagram_id, pk.derived_datagram_id),
-                   CASE WHEN p.frame_count > 0 THEN p.eliciting END, p.frame_count
-            FROM slice_packets p JOIN slice_datagrams pk USING (connection_id, event_index)""")
+            SELECT connection_id, event_index, time_ms, epoch_ms, direction, sender, packet_type,
+                   {_SPACE.format(t='packet_type')}, packet_number, size_bytes,
+                   coalesce(logged_datagram_id, derived_datagram_id),
+                   CASE WHEN frame_count > 0 THEN eliciting END, frame_count
+            FROM slice_datagrams""")
         self._exec("""UPDATE conn SET last_direction = l.direction, last_t = l.t_ms, last_rank = l.rank,
                                last_checksum = l.checksum, last_rx_seq = l.rx_seq,
                                datagrams = conn.datagrams + l.starts,
