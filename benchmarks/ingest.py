@@ -53,7 +53,7 @@ wall = time.perf_counter() - t
 f = summary.files[0]
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "status": f.status, "events": f.events, "packets": f.packets,
-                  "error": f.error, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "error": f.error, "peak_rss_mb": usage.ru_maxrss * 1024 / 1e6, "cpu_s": usage.ru_utime + usage.ru_stime,
                   **spent}))
 """
 

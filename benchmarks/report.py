@@ -34,7 +34,7 @@ t = time.perf_counter()
 with Store(sys.argv[1], read_only=True) as store:
     report = write_report(store, sys.argv[2], now=datetime.now(timezone.utc))
 print(json.dumps({"wall_s": time.perf_counter() - t, "figures": report.figures,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6}))  # (KiB; MB of 10^6 bytes)
 """
 
 # provider: (share of probes, server header, address prefix, P(iack), gap median ms, first ACK delay ms)
