@@ -56,7 +56,7 @@ from .normalize import slice_key
 from .sqltext import quote
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
-SLICE_BYTES = 16 << 20
+SLICE_BYTES = 12 << 20
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
 MAX_OBJECT_BYTES = 32 << 20
@@ -83,7 +83,7 @@ class Slice:
     path: str  # temporary file holding the slice
     kind: str  # 'lines': one record per line; 'array': a JSON array of events
     done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
-    long_lines: bool = False  # a line may exceed LINE_BYTES
+    long_lines: bool = False  # a line (an element, for 'array') may exceed LINE_BYTES
     #: a slice of several whole traces: (trace_index, events) of each, in file order
     #: (``trace_index`` is then the first of them); empty for a slice of one trace
     traces: tuple[tuple[int, int], ...] = ()
@@ -971,8 +971,11 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
                 f"columns={{'line': 'VARCHAR', 'r': 'VARCHAR'}}, max_line_size={line_bytes}, new_line='\\n') "
                 "WHERE coalesce(r, line) IS NOT NULL AND (ascii(coalesce(r, line)) > 32 OR trim(coalesce(r, line)) <> '')")
     else:
+        # DuckDB's JSON reader sizes its buffers by maximum_object_size: a small one (under the
+        # ingest's memory cap a large one runs out of memory), unless an element is found longer.
+        object_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
         rows = (f"SELECT json AS rec FROM read_json_objects({quote(part.path)}, format='array', "
-                f"maximum_object_size={MAX_OBJECT_BYTES})")
+                f"maximum_object_size={object_bytes})")
     if info.layout == ("object",):
         select = f"""SELECT s.time AS time, coalesce(s.name, s.category || ':' || coalesce(s.event, s.type)) AS name,
                             s.group_id AS group_id, rec
@@ -999,6 +1002,9 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
     except duckdb.OutOfMemoryException:
         raise  # (not a malformed record: the caller reads the file again with more memory)
     except duckdb.Error as e:
+        if part.kind == "array" and not part.long_lines and '"maximum_object_size"' in str(e):
+            part.long_lines = True  # (an element longer than the small buffer: staged again)
+            return stage(con, source, part)
         if source._diagnose is not None:
             raise source._diagnose(e) from None
         raise QuicackError(f"malformed events in trace {part.trace_index}: {_duck_message(e)}",

@@ -65,7 +65,7 @@ SYNC_HASH_BYTES = 8 << 20
 #: reader.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
 #: file early), the allocator hands freed memory back sooner, and queries see the per-slice Arrow
 #: tables of quicack.normalize by name.  The previous values are restored afterwards.
-INGEST_SETTINGS = {"memory_limit": "96MB", "allocator_flush_threshold": "32MB",
+INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
                    "python_enable_replacements": "true", "python_scan_all_frames": "false"}
 
 #: Upgrades from an older schema version to the next one.

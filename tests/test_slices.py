@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import orjson
 import pytest
 
@@ -334,3 +335,23 @@ def test_a_malformed_event_in_a_later_slice_of_one_array_refuses_the_file(tmp_pa
         assert "malformed events array" in result.error
         assert int(result.error.split(" at byte ")[1].split(":")[0]) <= bad_at
         assert snapshot(store) == before
+
+
+def test_an_element_longer_than_the_small_json_buffer_is_staged_again_with_a_large_one(tmp_path, monkeypatch):
+    # DuckDB's JSON reader sizes its buffers by maximum_object_size: a slice of a JSON document is
+    # staged with a small one (which the ingest's memory cap allows) and, when DuckDB finds an
+    # element longer than that, again with MAX_OBJECT_BYTES — not refused as malformed.
+    def ticks(start):
+        return [{"time": float(i), "name": "quic:tick", "data": {"pad": "v" * 100}} for i in range(start, start + 60_000)]
+    blob = {"time": 60_000.5, "name": "quic:blob", "data": {"payload": "ab" * 15_000_000}}
+    path = write_json(tmp_path / "long.qlog", {"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "events": [*ticks(0), blob, *ticks(60_001)]}]})
+    monkeypatch.setattr(reader, "WHOLE_JSON_BYTES", 0)  # (cut and staged, not parsed whole)
+    con = duckdb.connect()
+    with reader.open_source(path, con) as source:
+        staged = [(part.long_lines, ev.column("name").to_pylist(), ev.column("rec").to_pylist())
+                  for part, ev in reader.staged_slices(con, source)]
+    assert [long for long, _, _ in staged] == [True]
+    long, names, recs = staged[0]
+    assert len(names) == 120_001 and names[60_000] == "quic:blob"
+    assert orjson.loads(recs[60_000])["data"]["payload"] == "ab" * 15_000_000

@@ -72,7 +72,7 @@ def test_a_json_qlog_never_closed_keeps_its_complete_events(store, tmp_path):
 
 @pytest.mark.parametrize("suffix", [".sqlog", ".qlog"])
 def test_a_file_with_an_event_too_large_for_the_ingest_memory_cap_is_read_again_without_it(store, tmp_path, suffix):
-    # One 30 MB event (a producer logging a large payload) needs more than the 96 MB DuckDB is
+    # One 30 MB event (a producer logging a large payload) needs more than the 80 MB DuckDB is
     # given while a qlog is ingested: the file is valid, so it is read again with the usual limit.
     events = _events(5)
     events[2:2] = [{"time": 2.5, "name": "transport:blob", "data": {"payload": "ab" * 15_000_000}}]
@@ -88,7 +88,7 @@ def test_a_file_with_an_event_too_large_for_the_ingest_memory_cap_is_read_again_
     assert result.status == "ingested", result.error
     assert result.packets == 5 and result.skipped_events == {"transport:blob": 1}
     assert len(result.warnings) == 1 and result.warnings[0].startswith(
-        "DuckDB needed more memory than the 96MB it is given while a qlog is ingested")
+        "DuckDB needed more memory than the 80MB it is given while a qlog is ingested")
     assert rows(store, "SELECT warnings FROM files") == [{"warnings": result.warnings}]
     assert rows(store, "SELECT length(data->>'$.payload') AS n FROM other_events") == [{"n": 30_000_000}]
     assert rows(store, "SELECT current_setting('memory_limit') AS v") == limit
