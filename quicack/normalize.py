@@ -353,8 +353,9 @@ class Normalizer:
             sender = f"CASE WHEN p.is_sent THEN {local} ELSE {peer} END"
             direction = "CASE WHEN p.is_sent THEN 'sent' ELSE 'received' END"
 
-        # Datagrams (see _datagram_ids): each packet with its columns, what decides whether it shares the
-        # datagram of the packet before it, and what the connection carried from earlier slices.
+        # Datagrams (see _datagram_ids): each packet with its columns, what decides whether it
+        # shares the datagram of the packet before it, and what the connection carried from
+        # earlier slices.  The packets' rows are then inserted from this one table.
         self._keep("slice_datagrams", f"""
             SELECT p.event_index, p.connection_id, {direction} AS direction, {sender} AS sender, p.packet_type,
                    p.dcid, p.t_ms, p.rank, p.checksum, c.rx_datagrams + p.rx_in_slice AS rx_seq,
