@@ -163,8 +163,6 @@ class Normalizer:
         self.allocate = allocate
         self.first_connection_id: int | None = None
         self._groups: set[tuple[int, str]] = set()  # (trace, group) of each connection so far
-        self.connections = 0
-        self.events = 0
         self._scratch: dict = {}
         self._e = ""
         self.seen: dict[int, int] = {}  # events per trace staged so far
@@ -194,7 +192,6 @@ class Normalizer:
                 raise ValueError(f"trace {index} shares a slice but is not whole")
             self.seen[index] = self.seen.get(index, 0) + count
             self.slices[index] = self.slices.get(index, 0) + 1
-        self.events += n
         if not n:
             return
         self._scratch = {"slice_events": ev}
@@ -226,7 +223,6 @@ class Normalizer:
                    NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
             FROM slice_groups g WHERE NOT EXISTS (SELECT 1 FROM conn c
                                                   WHERE c.trace_index = g.trace_index AND c.group_key = g.group_key)""")
-        self.connections = len(self._groups)
         self._exec("""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
                                last_ms = greatest(conn.last_ms, g.hi)
             FROM slice_groups g WHERE conn.trace_index = g.trace_index AND conn.group_key = g.group_key""")

@@ -256,13 +256,14 @@ class Store:
         """
         results: list[FileResult | None] = [None] * len(paths)
         todo, after = [], []
-        sizes = collections.Counter(_size(path) for path in paths)
+        size_of = [_size(path) for path in paths]
+        sizes = collections.Counter(size_of)
         first_of: dict[str, int] = {}
         for i, path in enumerate(paths):
             if pcap.is_capture(path):
                 after.append(i)  # (captures have their own settings: one at a time)
                 continue
-            if sizes[_size(path)] > 1:  # (only files of one size can be copies: hashed here, and again by ingest)
+            if sizes[size_of[i]] > 1:  # (only files of one size can be copies: hashed here, and again by ingest)
                 try:
                     digest = _Digest(path, background=False).value()
                 except OSError:
