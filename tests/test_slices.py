@@ -351,7 +351,10 @@ def test_an_element_longer_than_the_small_json_buffer_is_staged_again_with_a_lar
     with reader.open_source(path, con) as source:
         staged = [(part.long_lines, ev.column("name").to_pylist(), ev.column("rec").to_pylist())
                   for part, ev in reader.staged_slices(con, source)]
-    assert [long for long, _, _ in staged] == [True]
-    long, names, recs = staged[0]
-    assert len(names) == 120_001 and names[60_000] == "quic:blob"
-    assert orjson.loads(recs[60_000])["data"]["payload"] == "ab" * 15_000_000
+    # (only the blob's slice is staged again; how the others fall depends on the slice size)
+    blob_slices = [(names, recs) for long, names, recs in staged if "quic:blob" in names]
+    assert len(blob_slices) == 1 and [long for long, names, _ in staged if long] == [True]
+    assert all(long == ("quic:blob" in names) for long, names, _ in staged)
+    names, recs = blob_slices[0]
+    assert sum(len(n) for _, n, _ in staged) == 120_001
+    assert orjson.loads(recs[names.index("quic:blob")])["data"]["payload"] == "ab" * 15_000_000
