@@ -61,9 +61,9 @@ SLICE_BYTES = 12 << 20
 
 def _array_slice_bytes() -> int:
     """A JSON document's slices: 5/6 of SLICE_BYTES (10 MB).  Measured on the 300 MB benchmark
-    file, alternating, 8 runs each: peak RSS 0.89–0.94 × the file with 10 MB slices, 0.92–1.04 ×
-    with 12 MB, wall time alike (its JSON-SEQ twin stays at 0.92–0.97 × with 12 MB, and is ~8 %
-    slower with 10 MB)."""
+    file, alternating, 12 runs each: peak RSS 0.89–0.97 × the file (mean 0.92) with 10 MB
+    slices, 0.92–1.04 × (mean 0.96) with 12 MB, for ~2 % more wall time (its JSON-SEQ twin
+    stays at 0.92–0.97 × with 12 MB, and is ~8 % slower with 10 MB)."""
     return SLICE_BYTES * 5 // 6
 
 CHUNK_BYTES = 2 << 20
