@@ -3,14 +3,17 @@
 Not a test: it prints figures.  It builds, from one long real connection (the aioquic server trace
 of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-SEQ file of at least
 --seq-mb MB and a JSON file of --json-mb MB by repeating the connection's events with shifted times
-and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT samples), then ingests each into a fresh store in a child process and reports wall time
-(whatever analysis `quicack analyze` runs included) and that process's peak RSS.
+and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT samples), then
+ingests each into a fresh store in a child process and reports wall time (whatever analysis
+`quicack analyze` runs included) and that process's peak RSS.
 
     python benchmarks/ingest.py [--seq-mb 300] [--json-mb 300] [--runs 2] [--workdir DIR]
 
 Each file is ingested --runs times (a fresh store each time); every run is printed, then the best,
-with how long its classification and replay took and how fast the file is merely read (cut into
-slices and staged by DuckDB, nothing normalized or stored): the ceiling of this design.
+with how long its classification and replay took, how fast the file is merely read (cut into
+slices and staged by DuckDB, nothing normalized or stored), and the floor of this design: the
+run's rows stored alone (from Arrow into a fresh store, committed) plus classification and
+replay — what the ingest would cost if parsing and normalizing were free.
 The machine is shared: compare the best runs, and rerun when another job was busy (CPU seconds,
 user + system of the ingesting process, stay comparable when the wall time does not).
 
