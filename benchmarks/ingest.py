@@ -83,13 +83,15 @@ print(json.dumps({"wall_s": wall, "events": events, "cpu_s": usage.ru_utime + us
 #: under the ingest's settings, from Arrow tables already in memory, and committed — what any
 #: normalizer, however fast, still pays (with classification and replay, the floor of the design).
 STORE_CHILD = r"""
-import json, os, sys, time
+import json, sys, time
 import duckdb
 from quicack import Store, settings
-from quicack.store import INGEST_SETTINGS
+from quicack.store import INGEST_SETTINGS, table_names
 src = duckdb.connect(sys.argv[1], read_only=True)
+# every table the ingest fills (not its bookkeeping, nor rtt_samples: written by the replay)
 tables = {t: src.sql(f"SELECT * FROM {t}").to_arrow_table(1 << 14)
-          for t in ("packets", "frames", "logged_metrics", "other_events", "transport_parameters", "connections")}
+          for t in table_names() if t not in ("store_meta", "files", "rtt_samples")}
+tables = {t: rows for t, rows in tables.items() if rows.num_rows}
 src.close()
 with Store(sys.argv[2]) as store, settings.changed(store.con, **INGEST_SETTINGS):
     t = time.perf_counter()
@@ -217,7 +219,7 @@ def main() -> None:
                 break
             runs.append(r)
             _print(f"{label} run {i + 1}", size_mb, r)
-        if runs:
+        if len(runs) == args.runs:  # (then the store left by the last run holds the file's rows)
             best = min(runs, key=lambda r: r["wall_s"])
             _print(f"{label} best", size_mb, best)
             read = min((_child(READ_CHILD, path) for _ in range(args.runs)), key=lambda r: r["wall_s"])
@@ -229,6 +231,9 @@ def main() -> None:
             print(f"{'':14} storing its {stored['rows']:,} rows alone (from Arrow, into a fresh store, committed) "
                   f"{stored['wall_s']:5.2f} s; with classification and replay {floor:5.2f} s "
                   f"= {size_mb / floor:5.1f} MB/s at most for this design, however fast (and overlapped) the parsing")
+        else:  # (a failed run's store)
+            for p in (workdir / (path.stem + ".duckdb"), workdir / (path.stem + ".duckdb.wal")):
+                p.unlink(missing_ok=True)
         path.unlink()
 
 

@@ -599,8 +599,9 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
     """The slices of the events array from ``start`` to the ``]`` at ``end``, each cut only when
     asked for: by the thread staging slices.  A candidate cut is checked by staging the slice
     (:func:`_staged_cut`), so that each slice is parsed once, not once to check and once to stage."""
+    slice_bytes = _array_slice_bytes()
     with open(path, "rb") as f:
-        cur, want = start, _array_slice_bytes()
+        cur, want = start, slice_bytes
         while cur < end:
             f.seek(cur)
             window = f.read(min(want, end - cur))
@@ -618,7 +619,7 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             if found is None and final:
                 raise QuicackError("malformed events array", source.name, f"byte {cur}")
             if found is None:
-                if want >= 8 * _array_slice_bytes() and want > MAX_OBJECT_BYTES:
+                if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
                     raise QuicackError(f"no event boundary within {want >> 20} MB", source.name, f"byte {cur}")
                 want *= 2
                 continue
@@ -627,7 +628,7 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             if final:
                 return
             cur += cut + 1
-            want = _array_slice_bytes()
+            want = slice_bytes
 
 
 def _candidates(source: Source, window: bytes, cuts: list[int]) -> Iterator[tuple[int, str]]:
@@ -762,7 +763,7 @@ def _cut_array(source: Source, f, start: int, size: int, side):
     cur = start
     bound = _search(f, _EVENTS_KEY, start, size)
     bound = bound[0] if bound else size
-    want = _array_slice_bytes()
+    want = slice_bytes = _array_slice_bytes()
     while True:
         f.seek(cur)
         window = f.read(min(want, bound - cur))
@@ -792,7 +793,7 @@ def _cut_array(source: Source, f, start: int, size: int, side):
         base = len(window) - len(tail)
         found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)], side)
         if found is None:
-            if want >= 8 * _array_slice_bytes() and want > MAX_OBJECT_BYTES:
+            if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
                 raise _Irregular("no element boundary found")
             want *= 2
             continue
@@ -800,7 +801,7 @@ def _cut_array(source: Source, f, start: int, size: int, side):
         parts.append((tmp, cur + cut, n))
         first = first if first is not None else _first_element(side, tmp)
         cur += cut + 1
-        want = _array_slice_bytes()
+        want = slice_bytes
 
 
 def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int, str, int] | None:
