@@ -1,15 +1,23 @@
 """Benchmark `quicack analyze`: throughput (MB/s, events/s) and peak memory.
 
-Not a test: it prints figures.  It builds, from one long real connection (the aioquic server trace
-of tests/data/qvis/.../doublevantage_100ms.qlog, a 100 ms-RTT transfer), a JSON-SEQ file of at least
---seq-mb MB and a JSON file of --json-mb MB by repeating the connection's events with shifted times
-and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT samples), then
-ingests each into a fresh store in a child process and reports wall time (whatever analysis
-`quicack analyze` runs included) and that process's peak RSS.
+Not a test: it prints figures.  Each big file repeats one long real connection's events with
+shifted times and packet numbers (its ACK frames' ranges shifted alike, so each copy yields RTT
+samples) until it holds at least the asked size:
 
-    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 300] [--runs 2] [--workdir DIR]
+- JSON-SEQ and JSON, from the aioquic server trace of
+  tests/data/qvis/.../doublevantage_100ms.qlog (a 100 ms-RTT transfer; draft-01, written as 0.3
+  event objects; ~140 bytes an event);
+- JSON-SEQ (quic-go), from a connection recorded here: the quic-go peer (v0.65, built from the Go
+  proxy) serving 40 MB to the scanner over loopback, its own server-side qlog in its own format
+  (~250 bytes an event, the mix of KNOWLEDGE.md's reference figures: 300 MB, 1.26 M events).
 
-Each file is ingested --runs times (a fresh store each time); every run is printed, then the best,
+Each is ingested into a fresh store in a child process; wall time (whatever analysis
+`quicack analyze` runs included) and that process's peak RSS are reported.
+
+    python benchmarks/ingest.py [--seq-mb 300] [--json-mb 300] [--quic-go-mb 300] [--runs 2] [--workdir DIR]
+
+(a size of 0 skips that file).  Each file is ingested --runs times (a fresh store each time);
+every run is printed, then the best,
 with how long its classification and replay took, how fast the file is merely read (cut into
 slices and staged by DuckDB, nothing normalized or stored), and the floor of this design: the
 run's rows stored alone (from Arrow into a fresh store, committed) plus classification and
@@ -23,12 +31,12 @@ Targets (issue 2): >= 100 MB/s for JSON-SEQ, peak memory below the file size.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -40,6 +48,7 @@ SOURCE = ROOT / "tests/data/qvis/visualizations/public/standalone_data/draft-01/
 
 CHILD = r"""
 import json, resource, sys, time
+import machine
 from quicack import analyze, analysis
 spent = {"analysis_s": 0.0}
 replay = analysis.analyze
@@ -56,7 +65,7 @@ wall = time.perf_counter() - t
 f = summary.files[0]
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "status": f.status, "events": f.events, "packets": f.packets,
-                  "error": f.error, "peak_rss_mb": usage.ru_maxrss * 1024 / 1e6, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "error": f.error, "peak_rss_mb": machine.peak_rss_mb(), "cpu_s": usage.ru_utime + usage.ru_stime,
                   **spent}))
 """
 
@@ -104,68 +113,106 @@ print(json.dumps({"wall_s": wall, "rows": sum(r.num_rows for r in tables.values(
 """
 
 
-def _connection() -> tuple[list[dict], float, int]:
-    """The server trace as 0.3-style event objects, its duration (ms) and largest packet number."""
+class Connection(NamedTuple):
+    """One long real connection to repeat: its JSON-SEQ header record, its events (0.3-style
+    objects: time, name, data), a period (ms) longer than it lasts and a packet number step
+    larger than its largest packet number."""
+
+    header: dict
+    events: list[dict]
+    period_ms: float
+    pn_step: int
+
+
+def _connection(header: dict, events: list[dict]) -> Connection:
+    pns = [int(e["data"]["header"]["packet_number"]) for e in events
+           if isinstance(e.get("data"), dict) and "packet_number" in (e["data"].get("header") or {})]
+    return Connection(header, events, events[-1]["time"] + 1.0, max(pns) + 1)
+
+
+def aioquic_connection() -> Connection:
+    """The aioquic server trace of :data:`SOURCE` as 0.3-style event objects."""
     doc = orjson.loads(SOURCE.read_bytes())
     trace = next(t for t in doc["traces"] if t["vantage_point"]["type"] == "server")
-    events = []
-    for t, category, name, data in trace["events"]:
-        events.append({"time": float(t), "name": f"{category}:{name}", "data": data})
-    pns = [int(e["data"]["header"]["packet_number"]) for e in events
-           if e["name"].endswith(("packet_sent", "packet_received"))
-           and "packet_number" in e["data"].get("header", {})]
-    return events, events[-1]["time"] + 1.0, max(pns) + 1
+    events = [{"time": float(t), "name": f"{category}:{name}", "data": data}
+              for t, category, name, data in trace["events"]]
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "aioquic", "type": "server"},
+                        "common_fields": {"ODCID": "b0bf29d0abe27b8b", "reference_time": 1566844755688}}}
+    return _connection(header, events)
+
+
+def quic_go_connection(workdir: Path, transfer_bytes: int = 40_000_000) -> Connection:
+    """A connection recorded here: the quic-go peer (built from the Go proxy on first use) serves
+    ``transfer_bytes`` to the scanner over loopback; its server-side qlog, kept in ``workdir``
+    (``quic-go.sqlog``) and reused by later runs."""
+    kept = workdir / "quic-go.sqlog"
+    if not kept.exists():
+        from quicack import peers, scan
+
+        base = workdir / "quic-go-transfer"
+        with peers.start("quic-go", base / "peer") as running:
+            (running.workdir / "htdocs" / "big.bin").write_bytes(os.urandom(transfer_bytes))
+            (base / "list.txt").write_text("quic-go.localhost\n")
+            summary = scan.scan(scan.ScanOptions(
+                list_path=str(base / "list.txt"), db=str(base / "scan.duckdb"), run="transfer",
+                out_dir=str(base / "scan"), repetitions=1, path="/big.bin", response_timeout_s=300.0,
+                resolve={"quic-go.localhost": (running.host, running.port)}, allow_private=True))
+        if summary.outcomes != {"ok": 1}:
+            raise SystemExit(f"the quic-go transfer failed: {summary.outcomes}")
+        [qlog] = running.qlog_files()  # (after the peer stopped: flushed)
+        qlog.replace(kept)
+        shutil.rmtree(base)
+    header, *events = [orjson.loads(r) for r in kept.read_bytes().split(b"\x1e") if r.strip()]
+    return _connection(header, events)
 
 
 def _shifted_frame(frame: dict, shift: int) -> dict:
     """An ACK frame acknowledging the copies' packet numbers (so that every repetition yields RTT
-    samples, as a real long transfer does, and the replay has them to work on)."""
+    samples, as a real long transfer does, and the replay has them to work on); numbers keep
+    their type (strings in draft-01, numbers in quic-go's qlog)."""
     if frame.get("frame_type") != "ack" or not frame.get("acked_ranges"):
         return frame
-    return dict(frame, acked_ranges=[[str(int(x) + shift) for x in r] for r in frame["acked_ranges"]])
+    return dict(frame, acked_ranges=[[type(x)(int(x) + shift) for x in r] for r in frame["acked_ranges"]])
 
 
-def _repeated(events, period_ms, pn_step, k):
-    for e in events:
+def _repeated(c: Connection, k: int):
+    for e in c.events:
         data = e["data"]
         header = data.get("header") if isinstance(data, dict) else None
         if header and "packet_number" in header:
-            data = dict(data, header=dict(header, packet_number=int(header["packet_number"]) + k * pn_step))
+            data = dict(data, header=dict(header, packet_number=int(header["packet_number"]) + k * c.pn_step))
             if k and data.get("frames"):
-                data["frames"] = [_shifted_frame(f, k * pn_step) for f in data["frames"]]
-        yield {"time": e["time"] + k * period_ms, "name": e["name"], "data": data}
+                data["frames"] = [_shifted_frame(f, k * c.pn_step) for f in data["frames"]]
+        yield dict(e, time=e["time"] + k * c.period_ms, data=data)
 
 
-def build_seq(path: Path, target_mb: float) -> int:
-    events, period, pn_step = _connection()
-    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
-              "trace": {"vantage_point": {"name": "aioquic", "type": "server"},
-                        "common_fields": {"ODCID": "b0bf29d0abe27b8b", "reference_time": 1566844755688}}}
+def build_seq(path: Path, target_mb: float, c: Connection) -> int:
     n = 0
     with open(path, "wb") as out:
-        out.write(b"\x1e" + orjson.dumps(header) + b"\n")
+        out.write(b"\x1e" + orjson.dumps(c.header) + b"\n")
         k = 0
         while out.tell() < target_mb * 1e6:
-            out.write(b"".join(b"\x1e" + orjson.dumps(e) + b"\n" for e in _repeated(events, period, pn_step, k)))
-            n += len(events)
+            out.write(b"".join(b"\x1e" + orjson.dumps(e) + b"\n" for e in _repeated(c, k)))
+            n += len(c.events)
             k += 1
     return n
 
 
-def build_json(path: Path, target_mb: float) -> int:
-    events, period, pn_step = _connection()
+def build_json(path: Path, target_mb: float, c: Connection) -> int:
+    """A JSON document of one trace (qlog 0.3), with the vantage point and fields of ``c``'s header."""
     n = 0
+    trace = {k: v for k, v in c.header["trace"].items()}
+    head = orjson.dumps({"qlog_format": "JSON", "qlog_version": "0.3", "traces": [dict(trace, events=[])]})
     with open(path, "wb") as out:
-        out.write(b'{"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{"vantage_point": '
-                  b'{"name": "aioquic", "type": "server"}, "common_fields": {"ODCID": "b0bf29d0abe27b8b", '
-                  b'"reference_time": 1566844755688}, "events": [')
+        out.write(head[:-len(b"]}]}")])
         k = 0
         first = True
         while out.tell() < target_mb * 1e6:
-            chunk = b",".join(orjson.dumps(e) for e in _repeated(events, period, pn_step, k))
+            chunk = b",".join(orjson.dumps(e) for e in _repeated(c, k))
             out.write(chunk if first else b"," + chunk)
             first = False
-            n += len(events)
+            n += len(c.events)
             k += 1
         out.write(b"]}]}")
     return n
@@ -176,7 +223,7 @@ def measure(path: Path, workdir: Path) -> dict:
     db = workdir / (path.stem + ".duckdb")
     for p in (db, Path(str(db) + ".wal")):
         p.unlink(missing_ok=True)
-    return _child(CHILD, path, db)
+    return machine.run_child(CHILD, path, db)
 
 
 def storing_alone(path: Path, workdir: Path) -> dict:
@@ -184,21 +231,17 @@ def storing_alone(path: Path, workdir: Path) -> dict:
     db, again = workdir / (path.stem + ".duckdb"), workdir / (path.stem + "-again.duckdb")
     try:
         again.unlink(missing_ok=True)
-        return _child(STORE_CHILD, db, again)
+        return machine.run_child(STORE_CHILD, db, again)
     finally:
         for p in (db, again, Path(str(db) + ".wal"), Path(str(again) + ".wal")):
             p.unlink(missing_ok=True)
-
-
-def _child(code: str, *args) -> dict:
-    run = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, check=True)
-    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-mb", type=float, default=300)
     parser.add_argument("--json-mb", type=float, default=300)
+    parser.add_argument("--quic-go-mb", type=float, default=300)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
@@ -206,10 +249,14 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; files in {workdir}")
     print(machine.speed_line())
-    cases = [("JSON-SEQ", workdir / "big.sqlog", build_seq, args.seq_mb),
-             ("JSON", workdir / "big.qlog", build_json, args.json_mb)]
-    for label, path, build, mb in cases:
-        built_events = build(path, mb)
+    cases = [("JSON-SEQ", workdir / "big.sqlog", build_seq, aioquic_connection, args.seq_mb),
+             ("JSON", workdir / "big.qlog", build_json, aioquic_connection, args.json_mb),
+             ("SEQ quic-go", workdir / "quic-go-big.sqlog", build_seq,
+              lambda: quic_go_connection(workdir), args.quic_go_mb)]
+    for label, path, build, connection, mb in cases:
+        if mb <= 0:
+            continue
+        built_events = build(path, mb, connection())
         size_mb = path.stat().st_size / 1e6
         runs = []
         for i in range(args.runs):
@@ -222,13 +269,13 @@ def main() -> None:
         if len(runs) == args.runs:  # (then the store left by the last run holds the file's rows)
             best = min(runs, key=lambda r: r["wall_s"])
             _print(f"{label} best", size_mb, best)
-            read = min((_child(READ_CHILD, path) for _ in range(args.runs)), key=lambda r: r["wall_s"])
+            read = min((machine.run_child(READ_CHILD, path) for _ in range(args.runs)), key=lambda r: r["wall_s"])
             stored = storing_alone(path, workdir)  # (the rows of the last run: every run's are the same)
-            print(f"{'':14} of which classification and replay {best['analysis_s']:5.2f} s; "
+            print(f"{'':18} of which classification and replay {best['analysis_s']:5.2f} s; "
                   f"reading alone (staging, nothing stored) {read['wall_s']:5.2f} s (CPU {read['cpu_s']:4.1f} s) "
                   f"= {size_mb / read['wall_s']:5.1f} MB/s")
             floor = stored["wall_s"] + best["analysis_s"]
-            print(f"{'':14} storing its {stored['rows']:,} rows alone (from Arrow, into a fresh store, committed) "
+            print(f"{'':18} storing its {stored['rows']:,} rows alone (from Arrow, into a fresh store, committed) "
                   f"{stored['wall_s']:5.2f} s; with classification and replay {floor:5.2f} s "
                   f"= {size_mb / floor:5.1f} MB/s at most for this design, however fast (and overlapped) the parsing")
         else:  # (a failed run's store)
@@ -238,7 +285,7 @@ def main() -> None:
 
 
 def _print(label: str, size_mb: float, r: dict) -> None:
-    print(f"{label:14} {size_mb:7.1f} MB {r['events']:>10,} events {r['packets']:>9,} packets  "
+    print(f"{label:18} {size_mb:7.1f} MB {r['events']:>10,} events {r['packets']:>9,} packets  "
           f"{r['wall_s']:6.2f} s (CPU {r['cpu_s']:5.1f} s)  {size_mb / r['wall_s']:6.1f} MB/s  {r['events'] / r['wall_s']:>9,.0f} events/s  "
           f"peak RSS {r['peak_rss_mb']:6.1f} MB ({r['peak_rss_mb'] / size_mb:.2f} x file size)")
 

@@ -15,9 +15,7 @@ Targets (issue 7): < 60 s and < 10 MB for 1M probes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,8 +23,12 @@ from pathlib import Path
 
 from quicack import Store
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (benchmarks/machine.py)
+
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
+import machine
 from datetime import datetime, timezone
 from quicack import Store
 from quicack.report import write_report
@@ -34,7 +36,7 @@ t = time.perf_counter()
 with Store(sys.argv[1], read_only=True) as store:
     report = write_report(store, sys.argv[2], now=datetime.now(timezone.utc))
 print(json.dumps({"wall_s": time.perf_counter() - t, "figures": report.figures,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6}))  # (KiB; MB of 10^6 bytes)
+                  "peak_rss_mb": machine.peak_rss_mb()}))
 """
 
 # provider: (share of probes, server header, address prefix, P(iack), gap median ms, first ACK delay ms)
@@ -111,8 +113,7 @@ def main() -> None:
     build(db, args.probes)
     print(f"machine: {os.cpu_count()} cores; store with {args.probes:,} probes built in {time.perf_counter() - t:.1f} s "
           f"({db.stat().st_size / 1e6:.0f} MB) in {workdir}")
-    run = subprocess.run([sys.executable, "-c", CHILD, str(db), str(out)], capture_output=True, text=True, check=True)
-    r = json.loads(run.stdout.strip().splitlines()[-1])
+    r = machine.run_child(CHILD, db, out)
     size = out.stat().st_size / 1e6
     print(f"report: {r['wall_s']:.1f} s, {size:.2f} MB HTML ({r['figures']} plots), peak RSS {r['peak_rss_mb']:.0f} MB"
           f"  — targets < 60 s, < 10 MB: {'met' if r['wall_s'] < 60 and size < 10 else 'NOT met'}")
