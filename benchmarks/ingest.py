@@ -202,8 +202,7 @@ def build_seq(path: Path, target_mb: float, c: Connection) -> int:
 def build_json(path: Path, target_mb: float, c: Connection) -> int:
     """A JSON document of one trace (qlog 0.3), with the vantage point and fields of ``c``'s header."""
     n = 0
-    trace = {k: v for k, v in c.header["trace"].items()}
-    head = orjson.dumps({"qlog_format": "JSON", "qlog_version": "0.3", "traces": [dict(trace, events=[])]})
+    head = orjson.dumps({"qlog_format": "JSON", "qlog_version": "0.3", "traces": [dict(c.header["trace"], events=[])]})
     with open(path, "wb") as out:
         out.write(head[:-len(b"]}]}")])
         k = 0
@@ -249,9 +248,9 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; files in {workdir}")
     print(machine.speed_line())
-    cases = [("JSON-SEQ", workdir / "big.sqlog", build_seq, aioquic_connection, args.seq_mb),
-             ("JSON", workdir / "big.qlog", build_json, aioquic_connection, args.json_mb),
-             ("SEQ quic-go", workdir / "quic-go-big.sqlog", build_seq,
+    cases = [("JSON-SEQ (aioquic)", workdir / "big.sqlog", build_seq, aioquic_connection, args.seq_mb),
+             ("JSON (aioquic)", workdir / "big.qlog", build_json, aioquic_connection, args.json_mb),
+             ("JSON-SEQ (quic-go)", workdir / "quic-go-big.sqlog", build_seq,
               lambda: quic_go_connection(workdir), args.quic_go_mb)]
     for label, path, build, connection, mb in cases:
         if mb <= 0:
@@ -271,11 +270,11 @@ def main() -> None:
             _print(f"{label} best", size_mb, best)
             read = min((machine.run_child(READ_CHILD, path) for _ in range(args.runs)), key=lambda r: r["wall_s"])
             stored = storing_alone(path, workdir)  # (the rows of the last run: every run's are the same)
-            print(f"{'':18} of which classification and replay {best['analysis_s']:5.2f} s; "
+            print(f"{'':24} of which classification and replay {best['analysis_s']:5.2f} s; "
                   f"reading alone (staging, nothing stored) {read['wall_s']:5.2f} s (CPU {read['cpu_s']:4.1f} s) "
                   f"= {size_mb / read['wall_s']:5.1f} MB/s")
             floor = stored["wall_s"] + best["analysis_s"]
-            print(f"{'':18} storing its {stored['rows']:,} rows alone (from Arrow, into a fresh store, committed) "
+            print(f"{'':24} storing its {stored['rows']:,} rows alone (from Arrow, into a fresh store, committed) "
                   f"{stored['wall_s']:5.2f} s; with classification and replay {floor:5.2f} s "
                   f"= {size_mb / floor:5.1f} MB/s at most for this design, however fast (and overlapped) the parsing")
         else:  # (a failed run's store)
@@ -285,7 +284,7 @@ def main() -> None:
 
 
 def _print(label: str, size_mb: float, r: dict) -> None:
-    print(f"{label:18} {size_mb:7.1f} MB {r['events']:>10,} events {r['packets']:>9,} packets  "
+    print(f"{label:24} {size_mb:7.1f} MB {r['events']:>10,} events {r['packets']:>9,} packets  "
           f"{r['wall_s']:6.2f} s (CPU {r['cpu_s']:5.1f} s)  {size_mb / r['wall_s']:6.1f} MB/s  {r['events'] / r['wall_s']:>9,.0f} events/s  "
           f"peak RSS {r['peak_rss_mb']:6.1f} MB ({r['peak_rss_mb'] / size_mb:.2f} x file size)")
 
