@@ -276,7 +276,7 @@ def bench_list(args) -> None:
     t0 = time.perf_counter()
     summary = scan.scan(opts)
     wall = time.perf_counter() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # (KiB; MB of 10^6 bytes, as the list file)
+    peak_mb = machine.peak_rss_mb()  # (MB of 10^6 bytes, as the list file)
     print(f"{args.list_lines} list lines (private addresses: every target becomes a "
           f"'private_address' row, no traffic) in {wall:.1f} s; outcomes {summary.outcomes}; "
           f"peak RSS {peak_mb:.0f} MB (list file {listing.stat().st_size / 1e6:.0f} MB)")

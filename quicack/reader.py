@@ -57,15 +57,6 @@ from .sqltext import quote
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
 SLICE_BYTES = 12 << 20
-
-
-def _array_slice_bytes() -> int:
-    """A JSON document's slices: 5/6 of SLICE_BYTES (10 MB).  Measured on the 300 MB benchmark
-    file, alternating, 12 runs each: peak RSS 0.89–0.97 × the file (mean 0.92) with 10 MB
-    slices, 0.92–1.04 × (mean 0.96) with 12 MB, for ~2 % more wall time (its JSON-SEQ twin
-    stays at 0.92–0.97 × with 12 MB, and is ~8 % slower with 10 MB)."""
-    return SLICE_BYTES * 5 // 6
-
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
 MAX_OBJECT_BYTES = 32 << 20
@@ -84,6 +75,14 @@ WHOLE_JSON_BYTES = 16 << 20
 
 _EVENT_FIELDS = ('{"time": "DOUBLE", "name": "VARCHAR", "category": "VARCHAR", "event": "VARCHAR", '
                  '"type": "VARCHAR", "group_id": "VARCHAR"}')
+
+
+def _array_slice_bytes() -> int:
+    """A JSON document's slices: 5/6 of SLICE_BYTES (10 MB).  Measured on the 300 MB benchmark
+    file, alternating, 12 runs each: peak RSS 0.89–0.97 × the file (mean 0.92) with 10 MB
+    slices, 0.92–1.04 × (mean 0.96) with 12 MB, for ~2 % more wall time (its JSON-SEQ twin
+    stays at 0.92–0.97 × with 12 MB, and is ~8 % slower with 10 MB)."""
+    return SLICE_BYTES * 5 // 6
 
 
 @dataclass
