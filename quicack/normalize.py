@@ -163,6 +163,10 @@ class Normalizer:
         self.allocate = allocate
         self.first_connection_id: int | None = None
         self._groups: set[tuple[int, str]] = set()  # (trace, group) of each connection so far
+        # conn rows whose has_packet / odcid is set: once every row has it, later slices skip the
+        # statement that looks for it (a long trace of one connection, after its first slice)
+        self._with_packet = 0
+        self._with_odcid = 0
         self._scratch: dict = {}
         self._e = ""
         self.seen: dict[int, int] = {}  # events per trace staged so far
@@ -213,16 +217,18 @@ class Normalizer:
             FROM slice_events GROUP BY trace_index, group_key""")
         groups = self._scratch["slice_groups"]
         found = set(zip(groups.column("trace_index").to_pylist(), groups.column("group_key").to_pylist()))
-        next_id = self.allocate(len(found - self._groups))
+        new = found - self._groups
+        next_id = self.allocate(len(new))
         self._groups |= found
         if self.first_connection_id is None:
             self.first_connection_id = next_id
-        self._exec(f"""INSERT INTO conn
-            SELECT trace_index, group_key, {next_id} - 1 + row_number() OVER (ORDER BY trace_index, first_row),
-                   {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL, NULL,
-                   NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
-            FROM slice_groups g WHERE NOT EXISTS (SELECT 1 FROM conn c
-                                                  WHERE c.trace_index = g.trace_index AND c.group_key = g.group_key)""")
+        if new:
+            self._exec(f"""INSERT INTO conn
+                SELECT trace_index, group_key, {next_id} - 1 + row_number() OVER (ORDER BY trace_index, first_row),
+                       {offset} + first_row, 0, lo, lo, hi, {_lit(t.vantage.value)}, {_lit(t.flow)}, false, NULL,
+                       NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL
+                FROM slice_groups g WHERE NOT EXISTS (SELECT 1 FROM conn c WHERE c.trace_index = g.trace_index
+                                                                             AND c.group_key = g.group_key)""")
         self._exec("""UPDATE conn SET events = conn.events + g.n, first_ms = least(conn.first_ms, g.lo),
                                last_ms = greatest(conn.last_ms, g.hi)
             FROM slice_groups g WHERE conn.trace_index = g.trace_index AND conn.group_key = g.group_key""")
@@ -324,13 +330,14 @@ class Normalizer:
         # A trace without a vantage point (quinn) takes it from each connection's first packet
         # event if that is an Initial: a client's first packet is one it sends, a server's one it
         # receives.
-        self._exec(f"""UPDATE conn SET has_packet = true,
-                vantage = CASE WHEN {_lit(t.vantage_from_first_packet)} AND f.first_type = 'initial'
-                               THEN f.side ELSE conn.vantage END
-            FROM (SELECT connection_id, arg_min(packet_type, event_index) AS first_type,
-                         arg_min(CASE WHEN is_sent THEN 'client' ELSE 'server' END, event_index) AS side
-                  FROM slice_packets GROUP BY connection_id) f
-            WHERE conn.connection_id = f.connection_id AND NOT conn.has_packet""")
+        if self._with_packet < len(self._groups):
+            self._with_packet += self._exec(f"""UPDATE conn SET has_packet = true,
+                    vantage = CASE WHEN {_lit(t.vantage_from_first_packet)} AND f.first_type = 'initial'
+                                   THEN f.side ELSE conn.vantage END
+                FROM (SELECT connection_id, arg_min(packet_type, event_index) AS first_type,
+                             arg_min(CASE WHEN is_sent THEN 'client' ELSE 'server' END, event_index) AS side
+                      FROM slice_packets GROUP BY connection_id) f
+                WHERE conn.connection_id = f.connection_id AND NOT conn.has_packet""").fetchone()[0]
 
         # Who sent a packet: the vantage point for 'sent', its peer for 'received'; a network
         # observer takes the side named by its flow ('client' unless it says otherwise).
@@ -498,6 +505,8 @@ class Normalizer:
     def _odcid(self, parameters: list[str], started: list[str]) -> None:
         """The first ODCID candidate in file order: a server's original_destination_connection_id,
         connection_started's destination CID, or the DCID of the client's first Initial."""
+        if self._with_odcid == len(self._groups):
+            return  # every connection has one
         candidates = ["SELECT connection_id, event_index, dcid AS odcid FROM slice_datagrams "
                       "WHERE sender = 'client' AND packet_type = 'initial'"]
         if parameters:
@@ -509,10 +518,10 @@ class Normalizer:
             candidates.append(f"""SELECT connection_id, event_index,
                        coalesce(d.original_destination_connection_id, d.dst_cid, d.dcid)
                 FROM (SELECT *, {_data("started")} AS d FROM {self._e} WHERE name IN {_in(started)})""")
-        self._exec(f"""UPDATE conn SET odcid = o.odcid
+        self._with_odcid += self._exec(f"""UPDATE conn SET odcid = o.odcid
             FROM (SELECT connection_id, arg_min(odcid, event_index) AS odcid
                   FROM ({' UNION ALL '.join(candidates)}) WHERE odcid IS NOT NULL GROUP BY connection_id) o
-            WHERE conn.connection_id = o.connection_id AND conn.odcid IS NULL""")
+            WHERE conn.connection_id = o.connection_id AND conn.odcid IS NULL""").fetchone()[0]
 
     # --- after the last slice -------------------------------------------------------------------
 

@@ -165,6 +165,65 @@ def test_a_raw_ack_delay_is_decoded_with_an_exponent_logged_in_a_later_slice(tmp
     assert delays == [{"ack_delay_ms": pytest.approx(3.2), "ack_delay_raw": 100}]
 
 
+_ODCID_CANDIDATES = {
+    # a server receives the client's first Initial, sent to the ODCID
+    "client Initial": {"name": "transport:packet_received", "data": {
+        "header": {"packet_type": "initial", "packet_number": 0, "scid": "c1", "dcid": "aa01"},
+        "frames": [{"frame_type": "padding"}]}},
+    # RFC 9000 §18.2: a server sends original_destination_connection_id
+    "parameters_set": {"name": "transport:parameters_set",
+                       "data": {"owner": "local", "original_destination_connection_id": "bb02"}},
+    "connection_started": {"name": "connectivity:connection_started", "data": {"src_cid": "s1", "dst_cid": "cc03"}},
+}
+
+
+@pytest.mark.parametrize("first", _ODCID_CANDIDATES, ids=list(_ODCID_CANDIDATES))
+def test_the_odcid_is_the_first_candidate_in_the_events_even_in_a_later_slice(tmp_path, monkeypatch, first):
+    # A server trace naming no ODCID in its header: the connection's ODCID is the first candidate
+    # logged, here after 40 events of no candidate (several slices), the others following it.
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "server", "type": "server"}}}
+    filler = [{"time": float(i), "name": "transport:something_new", "data": {"i": i}} for i in range(40)]
+    rest = [first] + [c for c in _ODCID_CANDIDATES if c != first]
+    events = filler + [dict(_ODCID_CANDIDATES[c], time=50.0 + i) for i, c in enumerate(rest)] + filler
+    path = write_seq(tmp_path / "server.sqlog", header, events)
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 600, min_slices=5)
+    with Store(tmp_path / "check.duckdb") as store:
+        store.ingest(path)
+        odcid = rows(store, "SELECT odcid FROM connections")
+    assert odcid == [{"odcid": _ODCID_CANDIDATES[first]["data"].get("original_destination_connection_id")
+                      or _ODCID_CANDIDATES[first]["data"].get("dst_cid")
+                      or _ODCID_CANDIDATES[first]["data"]["header"]["dcid"]}]
+    assert len(got["connections"]) == 1
+
+
+def test_connections_first_seen_in_a_later_slice_get_their_vantage_and_odcid(tmp_path, monkeypatch):
+    # quinn writes every connection into one stream, tagged with group_id, and names no vantage
+    # point: each connection's first packet gives it (a client sends its first Initial, a server
+    # receives one).  On a server the group_id is the client's source CID, so the ODCID comes from
+    # the events: the destination CID of the client's first Initial.  The server connection shows
+    # up only after the client one has its vantage and ODCID (several slices later).
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ",
+              "trace": {"vantage_point": {"type": "unknown"}, "title": "quinn"}}
+
+    def packet(t, name, group, pn, kind="initial", dcid=None):
+        return {"time": t, "name": f"transport:{name}", "group_id": group,
+                "data": {"header": {"packet_type": kind, "packet_number": pn, "length": 1200, "dcid": dcid},
+                         "frames": [{"frame_type": "ping"}]}}
+    client = [packet(0.0, "packet_sent", "aa01", 0, dcid="aa01")]
+    client += [packet(1.0 + i, "packet_received" if i % 2 else "packet_sent", "aa01", i + 1, "1RTT")
+               for i in range(30)]
+    server = [packet(40.0, "packet_received", "c1c1", 0, dcid="dd04"), packet(41.0, "packet_sent", "c1c1", 0)]
+    path = write_seq(tmp_path / "quinn.sqlog", header, client + server + client[1:5])
+    got = assert_same_rows_in_slices(path, tmp_path, monkeypatch, 700, min_slices=5)
+    assert len(got["connections"]) == 2
+    with Store(tmp_path / "check.duckdb") as store:
+        store.ingest(path)
+        conns = rows(store, "SELECT vantage, group_id, odcid FROM connections ORDER BY connection_id")
+    assert conns == [{"vantage": "client", "group_id": "aa01", "odcid": "aa01"},
+                     {"vantage": "server", "group_id": "c1c1", "odcid": "dd04"}]
+
+
 def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_keeps_the_store(tmp_path, monkeypatch):
     records = [RS + orjson.dumps(SEQ_HEADER) + b"\n"] + [RS + orjson.dumps(e) + b"\n" for e in _events(40)]
     bad_at = sum(len(r) for r in records[:60]) + 1  # the record's text, after its RS
