@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from quicack import Store
@@ -233,6 +234,26 @@ def test_doublevantage_both_vantages_see_same_server_initial(tmp_path):
         assert (client["packet_number"], client["frames"], client["size_bytes"]) == (0, ["ack", "crypto"], 208)
         assert server["size_bytes"] == 208
 
+
+
+def test_doublevantage_connection_rows(tmp_path):
+    # draft-01, two traces, both vantage_point {"name": "aioquic", …}, common_fields ODCID
+    # "b0bf29d0abe27b8b" and reference_time "1566844755588" (client) / "1566844755688" (server);
+    # relative times as strings from "0"; no title.
+    doc = orjson.loads((DATA / QVIS / "doublevantage_100ms.qlog").read_bytes())
+    expected = []
+    for i, t in enumerate(doc["traces"]):
+        times = [float(e[0]) for e in t["events"]]
+        reference = float(t["common_fields"]["reference_time"])
+        expected.append({"trace_index": i, "group_id": None, "vantage": t["vantage_point"]["type"],
+                         "implementation": t["vantage_point"]["name"], "odcid": t["common_fields"]["ODCID"],
+                         "title": None, "reference_epoch_ms": reference, "first_event_epoch_ms": reference + min(times),
+                         "duration_ms": max(times) - min(times), "events": len(times)})
+    assert [e["events"] for e in expected] == [2797, 3940]
+    with ingested(tmp_path, f"{QVIS}/doublevantage_100ms.qlog") as (store, _):
+        got = store.sql("""SELECT trace_index, group_id, vantage, implementation, odcid, title, reference_epoch_ms,
+                                  first_event_epoch_ms, duration_ms, events FROM connections ORDER BY trace_index""")
+        assert got.to_dicts() == expected
 
 def test_parallel_first_server_initial_is_ack_only(tmp_path):
     # after the Retry (event 5), event 11: packet_received initial, header packet_number "0",
