@@ -23,6 +23,7 @@ quicack code involved):
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from conftest import DATA, rows
@@ -71,6 +72,38 @@ def test_aioquic_handshake_is_wfc_from_both_sides(store):
     assert server["counterfactual_first_pto_ms"] is None  # a server's own first PTO has no such twin
     assert server["first_server_packet_ms"] == pytest.approx(12.8516 - 4.3582, abs=1e-3)
 
+
+
+def test_aioquic_client_handshake_milestones(store):
+    # From the client qlog's events (index, time, packet, frames): 4 packet_sent initial
+    # [crypto@0]; 7 packet_received initial [ack, crypto@0] (first ACK and ServerHello); 19
+    # packet_sent handshake [ack, crypto@0] (its Finished); 25 packet_received 1RTT [ack,
+    # handshake_done, …]; 39 packet_received 1RTT [ack, stream 7, stream 0] (the first server
+    # STREAM frame on a client bidirectional stream: 15 carried only streams 3, 7 and 11).
+    events = orjson.loads((LOCAL / "qlog_client/e60faf3e02b8978c.qlog").read_bytes())["traces"][0]["events"]
+
+    def first(name: str, kind: str | None, frame) -> int:
+        return next(i for i, e in enumerate(events) if e["name"] == f"transport:{name}"
+                    and kind in (None, e["data"]["header"]["packet_type"]) and any(map(frame, e["data"]["frames"])))
+    t0 = events[first("packet_sent", "initial", lambda f: True)]["time"]
+    ack = first("packet_received", "initial", lambda f: f["frame_type"] == "ack")
+    hello = first("packet_received", "initial", lambda f: f["frame_type"] == "crypto" and f["offset"] == 0)
+    finished = first("packet_sent", "handshake", lambda f: f["frame_type"] == "crypto")
+    done = first("packet_received", None, lambda f: f["frame_type"] == "handshake_done")
+    response = first("packet_received", None, lambda f: f["frame_type"] == "stream" and f["stream_id"] % 4 == 0)
+    assert (ack, hello, finished, done, response) == (7, 7, 19, 25, 39)
+    (c,) = one(store, LOCAL / "qlog_client/e60faf3e02b8978c.qlog")
+    assert (c["first_ack_event_index"], c["server_hello_event_index"]) == (ack, hello)
+    got = [c[k] for k in ("server_hello_ms", "handshake_complete_ms", "handshake_done_ms", "first_response_byte_ms")]
+    assert got == pytest.approx([events[i]["time"] - t0 for i in (hello, finished, done, response)], abs=1e-6)
+
+
+def test_picoquic_server_announces_min_ack_delay(store):
+    # qlog_trace_ref.txt, a server trace: its own ("local") parameters_set holds "max_ack_delay" :
+    # 10 and "min_ack_delay" : 1000 (µs, draft-ietf-quic-ack-frequency), no ack_delay_exponent.
+    (c,) = one(store, DATA / "picoquic/picoquictest/qlog_trace_ref.txt")
+    assert (c["server_max_ack_delay_ms"], c["server_ack_delay_exponent"], c["server_min_ack_delay_ms"],
+            c["ack_frequency_supported"]) == (10.0, None, 1.0, True)
 
 def test_pcap2qlog_serverhello_before_ack_with_a_raw_ack_delay(store):
     (c,) = one(store, PCAP2QLOG / "20181219_handshake_v6_quicker.edm.uhasselt.be.qlog")
