@@ -60,7 +60,7 @@ _PACKET_TYPE = """CASE WHEN {x} IN ('initial', 'handshake', '1RTT', '0RTT', 'ret
     WHEN '1rttprotected' THEN '1RTT' WHEN 'protected' THEN '1RTT'
     WHEN 'retry' THEN 'retry' WHEN 'versionnegotiation' THEN 'version_negotiation'
     WHEN 'statelessreset' THEN 'stateless_reset'
-    ELSE coalesce(lower({x}), 'unknown') END END"""
+    ELSE coalesce(lower({x}), {missing}) END END"""
 
 _SPACE = """CASE {t} WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
     WHEN '0RTT' THEN 'application_data' WHEN '1RTT' THEN 'application_data' END"""
@@ -96,7 +96,7 @@ _TYPES = {
     "started": {"original_destination_connection_id": V, "dst_cid": V, "dcid": V},
     "metrics": {"latest_rtt": D, "min_rtt": D, "smoothed_rtt": D, "rtt_variance": D, "rttvar": D, "rtt_var": D,
                 "pto_count": B, "congestion_window": B, "cwnd": B, "bytes_in_flight": B},
-    "lost": {"packet_type": V, "packet_number": B, "trigger": V, "header": _HEADER},
+    "lost": {"packet_type": V, "type": V, "packet_number": B, "trigger": V, "header": _HEADER},
     "dropped": {"packet_type": V, "packet_number": B, "packet_size": B, "trigger": V, "details": V,
                 "header": _HEADER, "raw": {"length": B}},
     "timer": {"timer_type": V, "event_type": V, "type": V, "packet_number_space": V, "pn_space": V, "delta": D},
@@ -126,8 +126,10 @@ def _num(expr: str, kind: str = "DOUBLE") -> str:
     return f"TRY_CAST({expr} AS {kind})"
 
 
-def _raw_packet_type(d: str) -> str:
-    return (f"coalesce({d}.header.packet_type, {d}.packet_type, {d}.header.type, "
+def _raw_packet_type(d: str, *more: str) -> str:
+    """The packet type as logged: the first spelling present, then ``more`` (aioquic's
+    ``packet_lost`` says ``{"type": "1RTT", "packet_number": 7}``)."""
+    return (f"coalesce({d}.header.packet_type, {d}.packet_type, {d}.header.type, {''.join(m + ', ' for m in more)}"
             f"CASE WHEN {d}.header.form = 'short' THEN '1RTT' END)")
 
 
@@ -317,7 +319,8 @@ class Normalizer:
                    coalesce(len(frames), 0)::INTEGER AS frame_count,
                    len(list_filter(frames, lambda f: {_FRAME_TYPE} NOT IN {_in(list(NON_ACK_ELICITING))})) > 0
                        AS eliciting
-            FROM (SELECT * EXCLUDE (raw_type), {_PACKET_TYPE.format(x='raw_type')} AS packet_type
+            FROM (SELECT * EXCLUDE (raw_type),
+                         {_PACKET_TYPE.format(x='raw_type', missing="'unknown'")} AS packet_type
             FROM (SELECT connection_id, event_index, time_ms, epoch_ms, t_ms, name, rx_in_slice,
                          {_raw_packet_type('d')} AS raw_type, {_packet_number('d')} AS packet_number,
                          {_num("coalesce(d.raw.length, d.header.packet_size, d.packet_size, d.header.length)",
@@ -477,15 +480,16 @@ class Normalizer:
             self._exec(f"""INSERT INTO lost_packets
                 SELECT connection_id, event_index, time_ms, packet_type, {_SPACE.format(t='packet_type')},
                        packet_number, trigger
-                FROM (SELECT * EXCLUDE (raw_type), {_PACKET_TYPE.format(x='raw_type')} AS packet_type
-                FROM (SELECT connection_id, event_index, time_ms, {_raw_packet_type('d')} AS raw_type,
+                FROM (SELECT * EXCLUDE (raw_type),
+                             {_PACKET_TYPE.format(x='raw_type', missing='NULL')} AS packet_type
+                FROM (SELECT connection_id, event_index, time_ms, {_raw_packet_type('d', 'd.type')} AS raw_type,
                              {_packet_number('d')} AS packet_number, d.trigger AS trigger
                       FROM (SELECT *, {_data("lost")} AS d FROM {self._e} WHERE name IN {_in(lost)})))""")
         dropped = named("packet_dropped")
         if dropped:
             self._exec(f"""INSERT INTO dropped_packets
-                SELECT connection_id, event_index, time_ms, {_PACKET_TYPE.format(x='raw_type')}, packet_number,
-                       size_bytes, trigger
+                SELECT connection_id, event_index, time_ms, {_PACKET_TYPE.format(x='raw_type', missing='NULL')},
+                       packet_number, size_bytes, trigger
                 FROM (SELECT connection_id, event_index, time_ms, {_raw_packet_type('d')} AS raw_type,
                              {_packet_number('d')} AS packet_number,
                              {_num("coalesce(d.raw.length, d.packet_size, d.header.packet_size)", "INTEGER")}

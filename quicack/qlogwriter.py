@@ -54,7 +54,7 @@ def connection_trace(store: Store, connection_id: int) -> dict[str, Any]:
                 data[key] = m[column]
         events.append((m["event_index"], {"time": m["time_ms"], "name": "recovery:metrics_updated", "data": data}))
     for lost in store.sql("SELECT * FROM lost_packets WHERE connection_id = $c", {"c": connection_id}).iter_rows(named=True):
-        data = {"header": {"packet_type": lost["packet_type"], "packet_number": lost["packet_number"]}}
+        data = {"header": {k: lost[k] for k in ("packet_type", "packet_number") if lost[k] is not None}}
         if lost["trigger"]:
             data["trigger"] = lost["trigger"]
         events.append((lost["event_index"], {"time": lost["time_ms"], "name": "recovery:packet_lost", "data": data}))
