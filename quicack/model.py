@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 #: Bumped whenever the mapping from input to rows changes; a store re-ingests a file only when
 #: asked (``--reanalyze``) or when the file was ingested by another analysis version.
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
 SCHEMA_VERSION = 3
