@@ -81,16 +81,17 @@ _HEADER = {"packet_type": V, "type": V, "form": V, "packet_number": B, "packet_s
            "datagram_id": B, "scid": V, "dcid": V}
 _FRAME = {"frame_type": V, "type": V, "ack_delay": D, "frame_type.ack.ack_delay": D, "acked_ranges": [[B]],
           "largest_acknowledged": B, "frame_type.ack.largest_acknowledged": B, "ce": B, "offset": B,
-          "frame_type.crypto.offset": B, "frame_type.stream.offset": B, "length": B, "raw": {"payload_length": B},
-          "frame_type.crypto.length": B, "frame_type.stream.length": B, "stream_id": B, "fin": V,
+          "frame_type.crypto.offset": B, "stream.offset": B, "length": B, "raw": {"payload_length": B},
+          "frame_type.crypto.length": B, "stream.length": B, "stream_id": B, "id": B, "stream.stream_id": B, "fin": V,
           "sequence_number": B, "ack_eliciting_threshold": B, "packet_tolerance": B, "request_max_ack_delay": D,
-          "update_max_ack_delay": D, "max_ack_delay": D, "reordering_threshold": B}
+          "update_max_ack_delay": D, "max_ack_delay": D, "reordering_threshold": B, "reorder_threshold": B,
+          "len": B}
 _TYPES = {
     "packet": {"packet_type": V, "packet_number": B, "packet_size": B, "datagram_id": B,
                "datagram_payload_checksum": B, "header": _HEADER,
                "raw": {"length": B}, "frames": [{"frame_type": V, "type": V}]},
     "frames": {"frames": [_FRAME]},
-    "parameters": {"owner": V, "max_ack_delay": D, "ack_delay_exponent": B, "min_ack_delay": D,
+    "parameters": {"owner": V, "initiator": V, "max_ack_delay": D, "ack_delay_exponent": B, "min_ack_delay": D,
                    "initial_max_data": B, "max_udp_payload_size": B, "max_packet_size": B, "max_idle_timeout": D,
                    "idle_timeout": D, "active_connection_id_limit": B},
     "started": {"original_destination_connection_id": V, "dst_cid": V, "dcid": V},
@@ -292,7 +293,7 @@ class Normalizer:
                    {_num(f"coalesce({d}.max_udp_payload_size, {d}.max_packet_size)", "BIGINT")},
                    {_num(f"coalesce({d}.max_idle_timeout, {d}.idle_timeout)")},
                    {_num(f"{d}.active_connection_id_limit", "BIGINT")}, json_extract(rec, '$.data')
-            FROM (SELECT *, coalesce(lower(d.owner), 'local') AS owner
+            FROM (SELECT *, coalesce(lower(d.owner), lower(d.initiator), 'local') AS owner
                   FROM (SELECT *, {_data("parameters")} AS d FROM {self._e} WHERE name IN {_in(names)}))""")
 
     def _packets(self, sent: list[str], packet_names: list[str], t: TraceInfo, named) -> None:
@@ -436,16 +437,16 @@ class Normalizer:
                             {_num('f."frame_type.ack.largest_acknowledged"', "BIGINT")}),
                    ft.ranges,
                    {_num("f.ce", "BIGINT")},
-                   {_num('coalesce(f.offset, f."frame_type.crypto.offset", f."frame_type.stream.offset")', "BIGINT")},
-                   {_num('coalesce(f.length, f.raw.payload_length, f."frame_type.crypto.length", '
-                         'f."frame_type.stream.length")', "BIGINT")},
-                   {_num("f.stream_id", "BIGINT")},
-                   TRY_CAST(f.fin AS BOOLEAN),
+                   {_num('coalesce(f.offset, f."frame_type.crypto.offset", f."stream.offset")', "BIGINT")},
+                   {_num('coalesce(f.length, f.len, f.raw.payload_length, f."frame_type.crypto.length", '
+                         'f."stream.length")', "BIGINT")},
+                   {_num('coalesce(f.stream_id, f."stream.stream_id", f.id)', "BIGINT")},
+                   CASE WHEN ft.frame_type = 'stream' THEN coalesce(TRY_CAST(f.fin AS BOOLEAN), false) END,
                    {_num("f.sequence_number", "BIGINT")},
                    {_num("coalesce(f.ack_eliciting_threshold, f.packet_tolerance)", "BIGINT")},
                    {_num("coalesce(f.request_max_ack_delay, f.update_max_ack_delay, f.max_ack_delay)")}
                        * {_lit(t.time_scale_ms)},
-                   {_num("f.reordering_threshold", "BIGINT")},
+                   {_num("coalesce(f.reordering_threshold, f.reorder_threshold)", "BIGINT")},
                    CASE WHEN ft.frame_type NOT IN {with_columns}
                         THEN json_extract(ft.rec, '$.data.frames[' || ft.position || ']') END
             FROM ft

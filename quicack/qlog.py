@@ -212,7 +212,9 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
     quirk = QUIRKS.get(implementation, {})
     if quirk:
         quirks.append(f"{implementation}:" + ",".join(sorted(quirk)))
-    odcid = common.get("ODCID") or common.get("odcid") or common.get("group_id") or trace.get("connectionid")
+    # (not qlog 0.1's root "connectionid": pcap2qlog wrote the client's source CID there; the
+    # normalizer takes the destination CID of the client's first Initial)
+    odcid = common.get("ODCID") or common.get("odcid") or common.get("group_id")
     return TraceInfo(
         trace_index=index,
         vantage=vantage,
