@@ -45,8 +45,9 @@ ROUTED_EVENTS = PACKET_EVENTS + ("parameters_set", "metrics_updated", "packet_lo
 
 # Frame types that do not make a packet ack-eliciting (RFC 9002 §2: "Packets that contain
 # ack-eliciting frames elicit an ACK from the receiver ... ACK, PADDING, and CONNECTION_CLOSE
-# frames" are the exceptions).
-NON_ACK_ELICITING = ("ack", "padding", "connection_close")
+# frames" are the exceptions; draft-era qlogs name the application CONNECTION_CLOSE, 0x1d,
+# APPLICATION_CLOSE).
+NON_ACK_ELICITING = ("ack", "padding", "connection_close", "application_close")
 #: rows per Arrow batch of per-slice scratch tables (several batches: scans run in parallel)
 ARROW_BATCH_ROWS = 1 << 14
 #: frame types whose every field has a column; others keep the logged frame in frames.details
@@ -59,6 +60,7 @@ _PACKET_TYPE = """CASE WHEN {x} IN ('initial', 'handshake', '1RTT', '0RTT', 'ret
     WHEN '1rtt' THEN '1RTT' WHEN 'onertt' THEN '1RTT' WHEN 'short' THEN '1RTT'
     WHEN '1rttprotected' THEN '1RTT' WHEN 'protected' THEN '1RTT'
     WHEN 'retry' THEN 'retry' WHEN 'versionnegotiation' THEN 'version_negotiation'
+    WHEN 'versionnegotation' THEN 'version_negotiation'
     WHEN 'statelessreset' THEN 'stateless_reset'
     ELSE coalesce(lower({x}), {missing}) END END"""
 
@@ -437,9 +439,12 @@ class Normalizer:
                             {_num('f."frame_type.ack.largest_acknowledged"', "BIGINT")}),
                    ft.ranges,
                    {_num("f.ce", "BIGINT")},
-                   {_num('coalesce(f.offset, f."frame_type.crypto.offset", f."stream.offset")', "BIGINT")},
-                   {_num('coalesce(f.length, f.len, f.raw.payload_length, f."frame_type.crypto.length", '
-                         'f."stream.length")', "BIGINT")},
+                   CASE WHEN ft.frame_type IN ('crypto', 'stream') THEN
+                       {_num('coalesce(f.offset, f."frame_type.crypto.offset", f."stream.offset")', "BIGINT")} END,
+                   -- (a NEW_CONNECTION_ID's or NEW_TOKEN's "length" is that of its CID or token)
+                   CASE WHEN ft.frame_type IN ('crypto', 'stream', 'datagram', 'padding') THEN
+                       {_num('coalesce(f.length, f.len, f.raw.payload_length, f."frame_type.crypto.length", '
+                             'f."stream.length")', "BIGINT")} END,
                    {_num('coalesce(f.stream_id, f."stream.stream_id", f.id)', "BIGINT")},
                    CASE WHEN ft.frame_type = 'stream' THEN coalesce(TRY_CAST(f.fin AS BOOLEAN), false) END,
                    {_num("f.sequence_number", "BIGINT")},
