@@ -310,19 +310,23 @@ def test_quic_go_ack_frequency_frame(store, tmp_path):
     assert table(store, ACK_FREQUENCY) == [("ack_frequency", 1337, 123, 42.0, 1234)]
 
 
-def _mvfst_ack_frequency(tmp_path):
-    # mvfst (quic/logging/QLoggerTypes.cpp AckFrequencyFrameLog): {"frame_type": "ack_frequency",
-    # "sequence_number", "packet_tolerance", "update_max_ack_delay" (µs, the wire field of
-    # draft-ietf-quic-ack-frequency-01), "reorder_threshold"}; draft-00 JSON, times in µs
+def _mvfst_sent(tmp_path, packet_type: str, frames: list[dict]):
+    """One packet_sent in mvfst's qlog: draft-00 JSON, times in µs."""
     doc = {"qlog_version": "draft-00", "title": "mvfst", "traces": [{
         "vantage_point": {"type": "server"}, "configuration": {"time_units": "us"},
         "common_fields": {"reference_time": "1600000000000000"},
         "event_fields": ["relative_time", "category", "event", "data"],
         "events": [["5000", "transport", "packet_sent", {
-            "packet_type": "1RTT", "header": {"packet_number": 9, "packet_size": 40},
-            "frames": [{"frame_type": "ack_frequency", "sequence_number": 3, "packet_tolerance": 10,
-                        "update_max_ack_delay": 25000, "reorder_threshold": 1}]}]]}]}
+            "packet_type": packet_type, "header": {"packet_number": 9, "packet_size": 40}, "frames": frames}]]}]}
     return write_json(tmp_path / "mvfst.qlog", doc)
+
+
+def _mvfst_ack_frequency(tmp_path):
+    # mvfst (quic/logging/QLoggerTypes.cpp AckFrequencyFrameLog): {"frame_type": "ack_frequency",
+    # "sequence_number", "packet_tolerance", "update_max_ack_delay" (µs, the wire field of
+    # draft-ietf-quic-ack-frequency-01), "reorder_threshold"}
+    return _mvfst_sent(tmp_path, "1RTT", [{"frame_type": "ack_frequency", "sequence_number": 3, "packet_tolerance": 10,
+                                          "update_max_ack_delay": 25000, "reorder_threshold": 1}])
 
 
 def test_mvfst_ack_frequency_frame(store, tmp_path):
@@ -335,49 +339,10 @@ def test_mvfst_ack_frequency_reorder_threshold(store, tmp_path):
     assert table(store, "SELECT reordering_threshold FROM frames") == [(1,)]
 
 
-
 def test_mvfst_crypto_frame_len(store, tmp_path):
     # mvfst (quic/logging/QLoggerTypes.cpp CryptoFrameLog): {"frame_type": "crypto", "offset", "len"}
-    doc = {"qlog_version": "draft-00", "title": "mvfst", "traces": [{
-        "vantage_point": {"type": "server"}, "configuration": {"time_units": "us"},
-        "common_fields": {"reference_time": "1600000000000000"},
-        "event_fields": ["relative_time", "category", "event", "data"],
-        "events": [["0", "transport", "packet_sent", {
-            "packet_type": "initial", "header": {"packet_number": 0, "packet_size": 1252},
-            "frames": [{"frame_type": "crypto", "offset": 0, "len": 90}]}]]}]}
-    store.ingest(write_json(tmp_path / "mvfst.qlog", doc))
+    store.ingest(_mvfst_sent(tmp_path, "initial", [{"frame_type": "crypto", "offset": 0, "len": 90}]))
     assert table(store, "SELECT frame_type, offset_bytes, length_bytes FROM frames") == [("crypto", 0, 90)]
-
-
-def test_quicker_application_close_is_not_ack_eliciting(store):
-    # 20181219_handshake_v6_quicker…qlog (qlog 0.1, draft-15) event 12: PACKET_RX short header pn "2",
-    # frames [{"frame_type": "APPLICATION_CLOSE", "frame_type.ac.error_code": "0", …}]: the
-    # application CONNECTION_CLOSE (0x1d) of its day, which RFC 9002 §2 does not count as ack-eliciting
-    store.ingest(QUICKER_01)
-    assert table(store, "SELECT packet_number, frame_count, ack_eliciting FROM packets WHERE event_index = 12") == [
-        (2, 1, False)]
-
-
-def test_new_connection_id_length_is_not_a_payload_length(store):
-    # doublevantage_100ms.qlog trace 0 event 18 (packet_sent at "220"): {"frame_type":
-    # "new_connection_id", "connection_id": "880cf6dee89bfa02", "length": 35, "sequence_number": "1", …}:
-    # draft-01's NewConnectionIDFrame "length" describes the CID, not a payload: length_bytes (and
-    # offset_bytes) stay NULL, the frame is kept in details
-    store.ingest(DOUBLEVANTAGE)
-    got = table(store, """SELECT count(*), count(length_bytes), count(offset_bytes),
-                                 count(*) FILTER (WHERE details->>'$.length' IS NOT NULL)
-                          FROM frames WHERE frame_type = 'new_connection_id'""")
-    assert got[0][0] > 0 and got[0][1:3] == (0, 0) and got[0][3] == got[0][0]
-
-
-def test_draft_01_version_negotation_typo(store, tmp_path):
-    # qlog draft-01's PacketType lists "version_negotation" (sic); a client receiving one
-    doc = {"qlog_version": "draft-01", "traces": [{
-        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": "1600000000000"},
-        "event_fields": ["relative_time", "category", "event_type", "data"],
-        "events": [["0", "transport", "packet_received", {"packet_type": "version_negotation", "header": {}}]]}]}
-    store.ingest(write_json(tmp_path / "vn.qlog", doc))
-    assert table(store, "SELECT packet_type FROM packets") == [("version_negotiation",)]
 
 # ---------------------------------------------------------------- transport_parameters: owner / initiator
 
