@@ -344,6 +344,36 @@ def test_mvfst_crypto_frame_len(store, tmp_path):
     store.ingest(_mvfst_sent(tmp_path, "initial", [{"frame_type": "crypto", "offset": 0, "len": 90}]))
     assert table(store, "SELECT frame_type, offset_bytes, length_bytes FROM frames") == [("crypto", 0, 90)]
 
+def test_quicker_application_close_is_not_ack_eliciting(store):
+    # 20181219_handshake_v6_quicker…qlog (qlog 0.1, draft-15) event 12: PACKET_RX short header pn "2",
+    # frames [{"frame_type": "APPLICATION_CLOSE", "frame_type.ac.error_code": "0", …}]: the
+    # application CONNECTION_CLOSE (0x1d) of its day, which RFC 9002 §2 does not count as ack-eliciting
+    store.ingest(QUICKER_01)
+    assert table(store, "SELECT packet_number, frame_count, ack_eliciting FROM packets WHERE event_index = 12") == [
+        (2, 1, False)]
+
+
+def test_new_connection_id_length_is_not_a_payload_length(store):
+    # doublevantage_100ms.qlog trace 0 event 18 (packet_sent at "220"): {"frame_type":
+    # "new_connection_id", "connection_id": "880cf6dee89bfa02", "length": 35, "sequence_number": "1", …}:
+    # draft-01's NewConnectionIDFrame "length" describes the CID, not a payload: length_bytes (and
+    # offset_bytes) stay NULL, the frame is kept in details
+    store.ingest(DOUBLEVANTAGE)
+    got = table(store, """SELECT count(*), count(length_bytes), count(offset_bytes),
+                                 count(*) FILTER (WHERE details->>'$.length' IS NOT NULL)
+                          FROM frames WHERE frame_type = 'new_connection_id'""")
+    assert got[0][0] > 0 and got[0][1:3] == (0, 0) and got[0][3] == got[0][0]
+
+
+def test_draft_01_version_negotation_typo(store, tmp_path):
+    # qlog draft-01's PacketType lists "version_negotation" (sic); a client receiving one
+    doc = {"qlog_version": "draft-01", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": "1600000000000"},
+        "event_fields": ["relative_time", "category", "event_type", "data"],
+        "events": [["0", "transport", "packet_received", {"packet_type": "version_negotation", "header": {}}]]}]}
+    store.ingest(write_json(tmp_path / "vn.qlog", doc))
+    assert table(store, "SELECT packet_type FROM packets") == [("version_negotiation",)]
+
 # ---------------------------------------------------------------- transport_parameters: owner / initiator
 
 
