@@ -192,7 +192,6 @@ class Normalizer:
         """Normalize one staged slice: ``ev``, an Arrow table from :func:`quicack.reader.stage`
         (events of trace ``trace_index``, in file order; or of several whole traces alike in
         :func:`slice_key`, ``traces`` naming them with their event counts)."""
-        con = self.con
         t = self.traces[trace_index]
         offset = self.seen.get(trace_index, 0)
         n = ev.num_rows

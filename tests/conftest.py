@@ -38,6 +38,20 @@ def rows(store: Store, sql: str) -> list[dict]:
     return store.sql(sql).to_dicts()
 
 
+def tuples(store: Store, sql: str) -> list[tuple]:
+    return [tuple(r.values()) for r in rows(store, sql)]
+
+
+def read_seq(path: Path) -> list[dict]:
+    """The event records of a JSON-SEQ file (its header record left out)."""
+    return [orjson.loads(r) for r in path.read_bytes().split(RS) if r.strip()][1:]
+
+
+def ms(value: float, tol: float = 1e-6):
+    """A time in ms, compared to ``tol`` ms."""
+    return pytest.approx(value, abs=tol)
+
+
 def ensure_command(command: str, package: str) -> str:
     """The path of ``command``, installing Debian's ``package`` first if it is missing (tests
     install the real components they need rather than skip)."""

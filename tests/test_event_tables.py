@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, ms
 
 PICO = DATA / "picoquic/picoquictest"
 BINLOG = PICO / "binlog_ref.qlog"
@@ -37,10 +37,6 @@ DROPPED = """SELECT event_index, time_ms, packet_type, packet_number, size_bytes
              FROM dropped_packets ORDER BY event_index"""
 TIMERS = """SELECT event_index, time_ms, timer_type, event_type, packet_number_space, delta_ms
             FROM timers ORDER BY event_index"""
-
-
-def ms(value: float, tol: float = 1e-6):
-    return pytest.approx(value, abs=tol)
 
 
 def table(store, sql: str) -> list[tuple]:

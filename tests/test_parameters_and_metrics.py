@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from conftest import DATA, rows, write_seq
+from conftest import DATA, read_seq, rows, write_seq
 from quicack import Store
 
 PICOQUIC = DATA / "picoquic/picoquictest/qlog_trace_ref.txt"
@@ -42,11 +42,6 @@ def parameters(store: Store) -> dict[str, dict]:
     return out
 
 
-def seq_events(path: Path) -> list[dict]:
-    """The event records of a JSON-SEQ file (its header left out)."""
-    return [orjson.loads(r) for r in path.read_bytes().split(b"\x1e") if r.strip()][1:]
-
-
 def test_picoquic_draft00_parameters_merge_per_owner_with_old_spellings(tmp_path):
     # A server trace (draft-00, times in µs, all these at 0).  Two "remote" parameters_set events:
     # {"owner": "remote", "sni": …, "alpn": …}, then {"owner": "remote", "initial_max_data" :
@@ -72,7 +67,7 @@ def test_ngtcp2_parameters_of_both_endpoints(tmp_path):
     #   ack_delay_exponent 3, max_ack_delay 25, active_connection_id_limit 8, initial_max_data 1048576;
     # local (the server): max_idle_timeout 30000, max_udp_payload_size 65527, ack_delay_exponent 3,
     #   max_ack_delay 25, active_connection_id_limit 7, initial_max_data 1048576.
-    logged = [e["data"] for e in seq_events(NGTCP2) if e["name"] == "transport:parameters_set"]
+    logged = [e["data"] for e in read_seq(NGTCP2) if e["name"] == "transport:parameters_set"]
     with ingest(tmp_path, NGTCP2) as store:
         got = parameters(store)
     common = {"time_ms": 0.0, "max_ack_delay_ms": 25.0, "ack_delay_exponent": 3, "min_ack_delay_ms": None,
@@ -128,7 +123,7 @@ def test_ngtcp2_metrics_every_column(tmp_path):
     # {"smoothed_rtt":333,"latest_rtt":0,"rtt_variance":166,…} (no min_rtt: no sample yet), the
     # fifth {"min_rtt":3,"smoothed_rtt":3,"latest_rtt":3,"rtt_variance":1,"pto_count":0,
     # "congestion_window":14707,"bytes_in_flight":1013}.  Times count from the first event.
-    events = seq_events(NGTCP2)
+    events = read_seq(NGTCP2)
     first_sent = next(i for i, e in enumerate(events) if e["name"] == "transport:packet_sent")
     expected = []
     for i, e in enumerate(events):

@@ -20,7 +20,7 @@ import json
 import orjson
 import pytest
 
-from conftest import DATA, rows, write_json, write_seq
+from conftest import DATA, ms, read_seq, tuples, write_json, write_seq
 
 PICO_TRACE = DATA / "picoquic/picoquictest/qlog_trace_ref.txt"
 QUIC_GO_SERVER = DATA / "peers/quic-go/server.sqlog"
@@ -34,19 +34,6 @@ AIOQUIC_CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b
 BINLOG = DATA / "picoquic/picoquictest/binlog_ref.qlog"
 PARALLEL = DATA / "qvis/visualizations/public/standalone_data/draft-01/parallel_10_50KB_f5.qlog"
 DOUBLEVANTAGE = DATA / "qvis/visualizations/public/standalone_data/draft-01/doublevantage_100ms.qlog"
-
-
-def ms(value: float, tol: float = 1e-6):
-    return pytest.approx(value, abs=tol)
-
-
-def seq_events(path) -> list[dict]:
-    """The event records of a JSON-SEQ file (its header left out)."""
-    return [orjson.loads(r) for r in path.read_bytes().split(b"\x1e") if r.strip()][1:]
-
-
-def table(store, sql: str) -> list[tuple]:
-    return [tuple(r.values()) for r in rows(store, sql)]
 
 
 SEQ_03 = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
@@ -66,7 +53,7 @@ def test_quinn_header_length_is_the_packet_size(store):
     # 222, 35, 1326, 98 (client-aioquic.qlog, events 10, 14, 26, 28, 42, 47).  Received packets
     # (event 0: {"header": {"packet_type": "initial", "packet_number": 0}}) log no size.
     store.ingest(QUINN_SERVER)
-    got = table(store, """SELECT event_index, direction, packet_type, packet_number, size_bytes FROM packets
+    got = tuples(store, """SELECT event_index, direction, packet_type, packet_number, size_bytes FROM packets
                           WHERE event_index <= 14 ORDER BY event_index""")
     assert [r for r in got if r[1] == "sent"] == [
         (2, "sent", "initial", 0, 176), (3, "sent", "handshake", 0, 1024), (5, "sent", "1RTT", 0, 222),
@@ -89,7 +76,7 @@ def test_logged_datagram_id_wins_over_the_derived_one(store, tmp_path):
                          "datagram_id": datagram_id, "frames": [{"frame_type": "ping"}]}}
     events = [packet(1.0, "initial", 0, 7), packet(1.0, "handshake", 0, 7), packet(5.0, "1RTT", 0, 9)]
     store.ingest(write_seq(tmp_path / "dg.sqlog", SEQ_03, events))
-    assert table(store, "SELECT event_index, datagram_id FROM packets ORDER BY event_index") == [(0, 7), (1, 7), (2, 9)]
+    assert tuples(store, "SELECT event_index, datagram_id FROM packets ORDER BY event_index") == [(0, 7), (1, 7), (2, 9)]
 
 
 def test_quinn_same_time_packets_share_a_datagram_only_in_coalescing_order(store):
@@ -109,7 +96,7 @@ def test_quinn_same_time_packets_share_a_datagram_only_in_coalescing_order(store
     # (initial 176 + handshake 1024, 8 bytes UDP header), then 230, 43, 1334, 106 (client-aioquic.qlog
     # events 9, 25, 27, 41, 46: transport:datagrams_received), one 1-RTT packet each.
     store.ingest(QUINN_SERVER)
-    got = table(store, "SELECT event_index, datagram_id FROM packets WHERE event_index <= 14 ORDER BY event_index")
+    got = tuples(store, "SELECT event_index, datagram_id FROM packets WHERE event_index <= 14 ORDER BY event_index")
     assert got == [(0, 0), (2, 1), (3, 1), (5, 2), (7, 3), (8, 3), (9, 3), (11, 4), (13, 5), (14, 6)]
 
 
@@ -132,7 +119,7 @@ def test_0rtt_version_negotiation_and_stateless_reset_packet_types(store, tmp_pa
               packet(40.0, "packet_received", "version_negotiation"),
               packet(50.0, "packet_received", "stateless_reset"), packet(60.0, "packet_received", None, 9)]
     store.ingest(write_seq(tmp_path / "types.sqlog", SEQ_03, events))
-    got = table(store, """SELECT event_index, packet_type, packet_number_space, packet_number, datagram_id
+    got = tuples(store, """SELECT event_index, packet_type, packet_number_space, packet_number, datagram_id
                           FROM packets ORDER BY event_index""")
     assert got == [(0, "initial", "initial", 0, 0), (1, "0RTT", "application_data", 0, 0),
                    (2, "handshake", "handshake", 0, 1), (3, "0RTT", "application_data", 1, 2),
@@ -154,7 +141,7 @@ def test_aioquic_ack_eliciting(store):
     #   45 sent 1RTT 5 [connection_close]
     # RFC 9002 §2: ACK, PADDING and CONNECTION_CLOSE frames do not make a packet ack-eliciting.
     store.ingest(AIOQUIC_CLIENT)
-    got = table(store, "SELECT event_index, ack_eliciting, frame_count FROM packets ORDER BY event_index")
+    got = tuples(store, "SELECT event_index, ack_eliciting, frame_count FROM packets ORDER BY event_index")
     assert got == [(4, True, 1), (7, True, 2), (11, True, 1), (15, True, 4), (17, False, 1), (19, True, 2),
                    (21, True, 9), (25, True, 9), (36, True, 5), (39, True, 3), (45, False, 1)]
 
@@ -164,7 +151,7 @@ def test_picoquic_padding_is_not_ack_eliciting(store):
     #   {"packet_size": 3, "packet_number": 0, …}, "frames": [{"frame_type": "padding"}]}]
     # event 64: packet_sent 1RTT pn 17, frames [{"frame_type": "ack", …}, {"frame_type": "padding"}]
     store.ingest(BINLOG)
-    got = table(store, "SELECT event_index, ack_eliciting, frame_count FROM packets WHERE event_index IN (0, 64)")
+    got = tuples(store, "SELECT event_index, ack_eliciting, frame_count FROM packets WHERE event_index IN (0, 64)")
     assert sorted(got) == [(0, False, 1), (64, False, 2)]
 
 
@@ -173,7 +160,7 @@ def test_packet_without_frames_has_unknown_ack_elicitation(store):
     #   "header": {"scid": "476d7390951e587c", "dcid": "3b5acd936de12a10"}, "frames": []}]
     # "ack_eliciting … NULL when no frames were logged" (schemas/README.md)
     store.ingest(PARALLEL)
-    assert table(store, "SELECT packet_type, ack_eliciting, frame_count FROM packets WHERE event_index = 5") == [
+    assert tuples(store, "SELECT packet_type, ack_eliciting, frame_count FROM packets WHERE event_index = 5") == [
         ("retry", None, 0)]
 
 
@@ -192,7 +179,7 @@ def test_ngtcp2_ack_frames_with_single_packet_ranges(store):
     # A one-number range [n] is the single packet n (qlog draft-02 / 0.3 AckFrame: acked_ranges is an
     # array of [uint64, uint64] or [uint64]): acked_ranges holds it as [n, n].
     store.ingest(NGTCP2_SERVER)
-    got = table(store, """SELECT event_index, position, ack_delay_ms, largest_acknowledged, acked_ranges
+    got = tuples(store, """SELECT event_index, position, ack_delay_ms, largest_acknowledged, acked_ranges
                           FROM frames WHERE frame_type = 'ack' ORDER BY event_index""")
     assert got == [(4, 0, 0.0, 0, [[0, 0]]), (10, 0, 0.0, 0, [[0, 0]]), (12, 0, 0.0, 0, [[0, 0]]),
                    (14, 0, 2.0, 0, [[0, 0]]), (18, 0, 0.0, 4, [[3, 4]]), (24, 0, 0.0, 3, [[1, 3]]),
@@ -210,7 +197,7 @@ def test_picoquic_stream_frame_offset_length_fin(store):
     # event 29: packet_sent 1RTT pn 3, frames ack, then {"frame_type": "stream", "id": 4, "offset": 0,
     #   "length": 1219, "fin": false, "has_length": false, …}
     store.ingest(PICO_TRACE)
-    got = table(store, """SELECT event_index, position, frame_type, offset_bytes, length_bytes, fin FROM frames
+    got = tuples(store, """SELECT event_index, position, frame_type, offset_bytes, length_bytes, fin FROM frames
                           WHERE event_index IN (28, 29) AND frame_type = 'stream' ORDER BY event_index, position""")
     assert got == [(28, 0, "stream", 0, 257, True), (28, 1, "stream", 0, 531, True), (29, 1, "stream", 0, 1219, False)]
 
@@ -222,18 +209,18 @@ def test_ngtcp2_stream_frames(store):
     # event 22 packet_sent 1RTT 3, positions 10, 11: {"stream_id": 7, "offset": 1, "length": 30},
     #   {"stream_id": 0, "offset": 0, "length": 38, "fin": true}
     store.ingest(NGTCP2_SERVER)
-    got = table(store, """SELECT event_index, position, stream_id, offset_bytes, length_bytes FROM frames
+    got = tuples(store, """SELECT event_index, position, stream_id, offset_bytes, length_bytes FROM frames
                           WHERE frame_type = 'stream' AND event_index IN (8, 16, 22) ORDER BY event_index, position""")
     assert got == [(8, 0, 3, 0, 18), (8, 1, 11, 0, 1), (8, 2, 7, 0, 1), (16, 0, 0, 0, 32), (22, 10, 7, 1, 30),
                    (22, 11, 0, 0, 38)]
-    assert table(store, "SELECT event_index, position FROM frames WHERE fin ORDER BY event_index") == [(16, 0), (22, 11)]
+    assert tuples(store, "SELECT event_index, position FROM frames WHERE fin ORDER BY event_index") == [(16, 0), (22, 11)]
 
 
 def test_stream_frame_without_fin_has_fin_false(store):
     # ngtcp2 server.sqlog event 8 (packet_sent 1RTT 0): three STREAM frames without "fin" (streams 3, 11,
     # 7: its HTTP/3 control and QPACK streams, which never end); event 16's frame says "fin": true.
     store.ingest(NGTCP2_SERVER)
-    got = table(store, "SELECT position, fin FROM frames WHERE frame_type = 'stream' AND event_index IN (8, 16) "
+    got = tuples(store, "SELECT position, fin FROM frames WHERE frame_type = 'stream' AND event_index IN (8, 16) "
                        "ORDER BY event_index, position")
     assert got == [(0, False), (1, False), (2, False), (0, True)]
 
@@ -254,7 +241,7 @@ STREAM_ID_CASES = {
 @pytest.mark.parametrize("path, trace, event_index, stream_ids", STREAM_ID_CASES.values(), ids=STREAM_ID_CASES.keys())
 def test_draft_01_stream_frame_id_is_the_stream_id(store, path, trace, event_index, stream_ids):
     store.ingest(path)
-    got = table(store, f"""SELECT f.stream_id FROM frames f JOIN connections c USING (connection_id)
+    got = tuples(store, f"""SELECT f.stream_id FROM frames f JOIN connections c USING (connection_id)
                            WHERE c.trace_index = {trace} AND f.event_index = {event_index}
                              AND f.frame_type = 'stream' ORDER BY f.position""")
     assert [r[0] for r in got] == stream_ids
@@ -271,7 +258,7 @@ def test_pcap2qlog_0_1_crypto_and_ack_frames(store):
     # event 6: the same with "frame_type.ack.largest_acknowledged": "0", "frame_type.ack.ack_delay": "0"
     # (no acked_ranges: the ACK's ranges are not in the file)
     store.ingest(PCAP2QLOG_01)
-    got = table(store, """SELECT event_index, frame_type, offset_bytes, length_bytes, largest_acknowledged, acked_ranges,
+    got = tuples(store, """SELECT event_index, frame_type, offset_bytes, length_bytes, largest_acknowledged, acked_ranges,
                                  ack_delay_ms, ack_delay_raw
                           FROM frames WHERE event_index IN (2, 3, 5, 6) ORDER BY event_index, position""")
     assert got == [(2, "crypto", 0, 995, None, None, None, None), (3, "crypto", 995, 299, None, None, None, None),
@@ -284,7 +271,7 @@ def test_pcap2qlog_0_1_stream_frame(store):
     #    "frame_type_tree": {…}, "stream.stream_id": "3", "stream.length": "12",
     #    "stream_data": "48:65:6c:6c:6f:20:57:6f:72:6c:64:21"}]}]   (12 bytes: "Hello World!")
     store.ingest(PCAP2QLOG_01)
-    assert table(store, "SELECT frame_type, stream_id, length_bytes FROM frames WHERE event_index = 7") == [
+    assert tuples(store, "SELECT frame_type, stream_id, length_bytes FROM frames WHERE event_index = 7") == [
         ("stream", 3, 12)]
 
 
@@ -307,7 +294,7 @@ def test_quic_go_ack_frequency_frame(store, tmp_path):
     events = [{"time": 1.0, "name": "transport:packet_sent",
                "data": {"header": {"packet_type": "1RTT", "packet_number": 5}, "raw": {"length": 40}, "frames": [frame]}}]
     store.ingest(write_seq(tmp_path / "qg.sqlog", header, events))
-    assert table(store, ACK_FREQUENCY) == [("ack_frequency", 1337, 123, 42.0, 1234)]
+    assert tuples(store, ACK_FREQUENCY) == [("ack_frequency", 1337, 123, 42.0, 1234)]
 
 
 def _mvfst_sent(tmp_path, packet_type: str, frames: list[dict]):
@@ -331,25 +318,25 @@ def _mvfst_ack_frequency(tmp_path):
 
 def test_mvfst_ack_frequency_frame(store, tmp_path):
     store.ingest(_mvfst_ack_frequency(tmp_path))
-    assert table(store, ACK_FREQUENCY)[0][:4] == ("ack_frequency", 3, 10, 25.0)
+    assert tuples(store, ACK_FREQUENCY)[0][:4] == ("ack_frequency", 3, 10, 25.0)
 
 
 def test_mvfst_ack_frequency_reorder_threshold(store, tmp_path):
     store.ingest(_mvfst_ack_frequency(tmp_path))
-    assert table(store, "SELECT reordering_threshold FROM frames") == [(1,)]
+    assert tuples(store, "SELECT reordering_threshold FROM frames") == [(1,)]
 
 
 def test_mvfst_crypto_frame_len(store, tmp_path):
     # mvfst (quic/logging/QLoggerTypes.cpp CryptoFrameLog): {"frame_type": "crypto", "offset", "len"}
     store.ingest(_mvfst_sent(tmp_path, "initial", [{"frame_type": "crypto", "offset": 0, "len": 90}]))
-    assert table(store, "SELECT frame_type, offset_bytes, length_bytes FROM frames") == [("crypto", 0, 90)]
+    assert tuples(store, "SELECT frame_type, offset_bytes, length_bytes FROM frames") == [("crypto", 0, 90)]
 
 def test_quicker_application_close_is_not_ack_eliciting(store):
     # 20181219_handshake_v6_quicker…qlog (qlog 0.1, draft-15) event 12: PACKET_RX short header pn "2",
     # frames [{"frame_type": "APPLICATION_CLOSE", "frame_type.ac.error_code": "0", …}]: the
     # application CONNECTION_CLOSE (0x1d) of its day, which RFC 9002 §2 does not count as ack-eliciting
     store.ingest(QUICKER_01)
-    assert table(store, "SELECT packet_number, frame_count, ack_eliciting FROM packets WHERE event_index = 12") == [
+    assert tuples(store, "SELECT packet_number, frame_count, ack_eliciting FROM packets WHERE event_index = 12") == [
         (2, 1, False)]
 
 
@@ -359,7 +346,7 @@ def test_new_connection_id_length_is_not_a_payload_length(store):
     # draft-01's NewConnectionIDFrame "length" describes the CID, not a payload: length_bytes (and
     # offset_bytes) stay NULL, the frame is kept in details
     store.ingest(DOUBLEVANTAGE)
-    got = table(store, """SELECT count(*), count(length_bytes), count(offset_bytes),
+    got = tuples(store, """SELECT count(*), count(length_bytes), count(offset_bytes),
                                  count(*) FILTER (WHERE details->>'$.length' IS NOT NULL)
                           FROM frames WHERE frame_type = 'new_connection_id'""")
     assert got[0][0] > 0 and got[0][1:3] == (0, 0) and got[0][3] == got[0][0]
@@ -372,7 +359,7 @@ def test_draft_01_version_negotation_typo(store, tmp_path):
         "event_fields": ["relative_time", "category", "event_type", "data"],
         "events": [["0", "transport", "packet_received", {"packet_type": "version_negotation", "header": {}}]]}]}
     store.ingest(write_json(tmp_path / "vn.qlog", doc))
-    assert table(store, "SELECT packet_type FROM packets") == [("version_negotiation",)]
+    assert tuples(store, "SELECT packet_type FROM packets") == [("version_negotiation",)]
 
 # ---------------------------------------------------------------- transport_parameters: owner / initiator
 
@@ -385,10 +372,10 @@ def test_quic_go_parameters_set_initiator(store):
     # event 11 t 1.206618 {"initiator": "remote", "max_idle_timeout": 60000,
     #   "max_udp_payload_size": 4611686018427387903, "ack_delay_exponent": 3, "max_ack_delay": 25,
     #   "active_connection_id_limit": 8, "initial_max_data": 1048576, …}
-    events = seq_events(QUIC_GO_SERVER)
+    events = read_seq(QUIC_GO_SERVER)
     assert [events[i]["data"]["initiator"] for i in (2, 11)] == ["local", "remote"]
     store.ingest(QUIC_GO_SERVER)
-    got = table(store, """SELECT owner, endpoint, time_ms, max_ack_delay_ms, ack_delay_exponent, initial_max_data_bytes,
+    got = tuples(store, """SELECT owner, endpoint, time_ms, max_ack_delay_ms, ack_delay_exponent, initial_max_data_bytes,
                                  max_udp_payload_size_bytes, max_idle_timeout_ms, active_connection_id_limit
                           FROM transport_parameters ORDER BY owner""")
     assert got == [("local", "server", ms(0.031787), 26.0, 3, 786432, 1452, 30000.0, 4),
@@ -405,7 +392,7 @@ def test_dropped_packet_number_from_the_header(store, tmp_path):
                "data": {"header": {"packet_type": "1RTT", "packet_number": 12}, "raw": {"length": 50},
                         "trigger": "decryption_failure"}}]
     store.ingest(write_seq(tmp_path / "drop.sqlog", SEQ_03, events))
-    assert table(store, "SELECT event_index, packet_type, packet_number, size_bytes, trigger FROM dropped_packets") == [
+    assert tuples(store, "SELECT event_index, packet_type, packet_number, size_bytes, trigger FROM dropped_packets") == [
         (0, "1RTT", 12, 50, "decryption_failure")]
 
 
@@ -419,7 +406,7 @@ def test_timer_delta_in_the_traces_time_unit(store, tmp_path):
         "events": [["1000", "recovery", "loss_timer_updated", {"timer_type": "pto", "packet_number_space": "initial",
                                                                 "event_type": "set", "delta": 25000}]]}]}
     store.ingest(write_json(tmp_path / "timer.qlog", doc))
-    assert table(store, "SELECT timer_type, event_type, packet_number_space, delta_ms FROM timers") == [
+    assert tuples(store, "SELECT timer_type, event_type, packet_number_space, delta_ms FROM timers") == [
         ("pto", "set", "initial", 25.0)]
 
 
@@ -429,7 +416,7 @@ def test_other_events_keep_the_events_data(store):
     #   "data": {"reordering_threshold": 3, "time_threshold": 1.125, "timer_granularity": 1,
     #            "initial_congestion_window": 40960}}
     store.ingest(QUIC_GO_SERVER)
-    got = table(store, "SELECT event_index, time_ms, event_name, data FROM other_events WHERE event_index <= 1 "
+    got = tuples(store, "SELECT event_index, time_ms, event_name, data FROM other_events WHERE event_index <= 1 "
                        "ORDER BY event_index")
     assert [(i, t, n, json.loads(d)) for i, t, n, d in got] == [
         (0, 0.0, "recovery:congestion_state_updated", {"new": "slow_start"}),
@@ -446,7 +433,7 @@ def test_picoquic_server_odcid_is_the_dcid_of_the_clients_first_initial(store):
     #    "packet_number": 0, …, "scid": "0203040506070809", "dcid": "0102030405060708"}, …}]
     # (its parameters_set says "original_connection_id": "0102030405060708", draft-00's name)
     store.ingest(PICO_TRACE)
-    assert table(store, "SELECT vantage, odcid FROM connections") == [("server", "0102030405060708")]
+    assert tuples(store, "SELECT vantage, odcid FROM connections") == [("server", "0102030405060708")]
 
 
 ODCID_0_1 = {
@@ -463,7 +450,7 @@ ODCID_0_1 = {
 @pytest.mark.parametrize("path, odcid", ODCID_0_1.values(), ids=ODCID_0_1.keys())
 def test_pcap2qlog_0_1_odcid_is_the_dcid_of_the_clients_first_initial(store, path, odcid):
     store.ingest(path)
-    assert table(store, "SELECT vantage, odcid FROM connections") == [("network", odcid)]
+    assert tuples(store, "SELECT vantage, odcid FROM connections") == [("network", odcid)]
 
 
 def test_odcid_of_a_client_that_was_retried_is_its_first_initials_dcid(store, tmp_path):
@@ -477,7 +464,7 @@ def test_odcid_of_a_client_that_was_retried_is_its_first_initials_dcid(store, tm
               packet(20.0, "packet_received", "retry", "5e5e5e5e", "0a0a0a0a"),
               packet(20.5, "packet_sent", "initial", "0a0a0a0a", "5e5e5e5e", 1)]
     store.ingest(write_seq(tmp_path / "retry.sqlog", header, events))
-    assert table(store, "SELECT vantage, odcid FROM connections") == [("client", "c1c1c1c1")]
+    assert tuples(store, "SELECT vantage, odcid FROM connections") == [("client", "c1c1c1c1")]
 
 
 def test_odcid_from_a_servers_original_destination_connection_id(store, tmp_path):
@@ -488,7 +475,7 @@ def test_odcid_from_a_servers_original_destination_connection_id(store, tmp_path
                "data": {"owner": "local", "original_destination_connection_id": "0d0d0d0d0d0d0d0d",
                         "max_ack_delay": 25}}]
     store.ingest(write_seq(tmp_path / "server.sqlog", header, events))
-    assert table(store, "SELECT vantage, odcid FROM connections") == [("server", "0d0d0d0d0d0d0d0d")]
+    assert tuples(store, "SELECT vantage, odcid FROM connections") == [("server", "0d0d0d0d0d0d0d0d")]
 
 
 def test_odcid_from_connection_started_dst_cid(store, tmp_path):
@@ -503,7 +490,7 @@ def test_odcid_from_connection_started_dst_cid(store, tmp_path):
             "dst_port": "443", "quic_version": "0xff00001d", "src_cid": "43944eda18beb7e5",
             "dst_cid": "f36e07bf0b7088ef"}]]}]}
     store.ingest(write_json(tmp_path / "started.qlog", doc))
-    assert table(store, "SELECT vantage, odcid FROM connections") == [("client", "f36e07bf0b7088ef")]
+    assert tuples(store, "SELECT vantage, odcid FROM connections") == [("client", "f36e07bf0b7088ef")]
 
 
 # ---------------------------------------------------------------- packets: sender of a network vantage
@@ -520,5 +507,5 @@ def test_network_vantage_with_server_flow(store, tmp_path):
               {"time": 1.0, "name": "transport:packet_sent",
                "data": {"header": {"packet_type": "initial", "packet_number": 0}, "raw": {"length": 1200}}}]
     store.ingest(write_seq(tmp_path / "net.sqlog", header, events))
-    assert table(store, "SELECT event_index, direction, sender FROM packets ORDER BY event_index") == [
+    assert tuples(store, "SELECT event_index, direction, sender FROM packets ORDER BY event_index") == [
         (0, "received", "client"), (1, "sent", "server")]
