@@ -156,6 +156,31 @@ def _open(path: Path):
     return (gzip.open(path, "rb"), True) if magic == b"\x1f\x8b" else (open(path, "rb"), False)
 
 
+def _read(stream, n: int = -1) -> tuple[bytes, Exception | None]:
+    """Up to ``n`` bytes of ``stream`` (all that is left for -1), and the error that ended it early.
+
+    A gzip stream cut short (a writer killed mid-file) raises EOFError once nothing more can be
+    decompressed; ``read`` of a buffered gzip stream would drop what it had decompressed of that
+    request, so this reads with ``read1`` (at most one decompression step at a time) and keeps
+    every byte obtained before the error."""
+    parts: list[bytes] = []
+    left = n
+    try:
+        while left:
+            part = stream.read1(CHUNK_BYTES if left < 0 else min(left, CHUNK_BYTES))
+            if not part:
+                break
+            parts.append(part)
+            left = left - len(part) if left > 0 else left
+    except (OSError, EOFError) as e:  # (gzip.BadGzipFile is an OSError)
+        return b"".join(parts), e
+    return b"".join(parts), None
+
+
+def _ended_early(name: str, unit: str, at: int, error: Exception) -> str:
+    return f"{name}: stream ends with an error at {unit} {at} ({error}); kept the complete records before it"
+
+
 def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
     """Sniff ``path`` and read its header; raise QuicackError if nothing is readable.
 
@@ -168,10 +193,9 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
     except OSError as e:
         raise QuicackError(f"cannot open: {e.strerror}", name) from None
     try:
-        try:
-            head = stream.read(HEAD_BYTES)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
-            raise QuicackError(f"cannot read: {e}", name, "byte 0") from None
+        head, error = _read(stream, HEAD_BYTES)
+        if error is not None and not head:
+            raise QuicackError(f"cannot read: {error}", name, "byte 0") from None
         stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
         if not stripped:
             raise QuicackError("empty file, no qlog header", name, "byte 0")
@@ -206,9 +230,11 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
                 return found
             with open(path, "rb") as f:
                 return _open_json_whole(name, f.read(), size)
-        rest = stream.read()
+        rest, error = (b"", error) if error is not None else _read(stream)
         stream.close()
-        return _open_json_whole(name, head + rest, size)
+        data = head + rest
+        early = [] if error is None else [_ended_early(name, "decompressed byte", len(data), error)]
+        return _open_json_whole(name, data, size, unit="decompressed byte", warnings=early)
     except BaseException:
         stream.close()
         raise
@@ -282,17 +308,13 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         pending = pending[cut:]
                     if b"\n" in pending or eof:
                         break  # the slice is full, or the stream is done
-                    try:
-                        raw = stream.read(chunk_bytes)
-                    except (OSError, EOFError) as e:
-                        source.warnings.append(f"{source.name}: stream ends with an error at {unit} {total}"
-                                               f" ({e}); kept the complete records before it")
-                        raw = b""
+                    raw, error = _read(stream, chunk_bytes)
                     if raw:
                         total += len(raw)
                         pending += raw.replace(RS, b"\n")
-                    else:
-                        eof = True
+                    if error is not None:
+                        source.warnings.append(_ended_early(source.name, unit, total, error))
+                    eof = not raw or error is not None
                 if eof and b"\n" not in pending:
                     if pending.strip():
                         if _incomplete_tail(pending):
@@ -434,6 +456,22 @@ def _first_time(record, trace: dict) -> float | None:
         return None
 
 
+def _drop_carriage_returns(path: str) -> bool:
+    """Remove every CR byte of a slice's file; False if it has none (error path only).
+
+    Records written with CRLF line ends (Windows) are valid JSON-SEQ and NDJSON: RFC 8259 counts
+    CR as whitespace and allows it nowhere else (inside a string it must be escaped), so dropping
+    every CR byte changes no record.  DuckDB's CSV reader, which splits the records, takes only
+    one kind of line end a file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if b"\r" not in data:
+        return False
+    with open(path, "wb") as f:
+        f.write(data.replace(b"\r", b""))
+    return True
+
+
 def _duck_message(e: Exception) -> str:
     return str(e).splitlines()[0][:300]
 
@@ -446,10 +484,7 @@ def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
     stream, _ = _open(path)
     with stream:
         while True:
-            try:
-                chunk = stream.read(CHUNK_BYTES)
-            except (OSError, EOFError):
-                chunk = b""
+            chunk, _ = _read(stream, CHUNK_BYTES)
             lines = (carry + chunk.replace(RS, b"\n")).split(b"\n")
             carry = lines.pop() if chunk else b""
             for line in lines:
@@ -826,19 +861,21 @@ def _first_element(side, tmp: str):
 
 # --- whole JSON documents, parsed at once (fallback) -------------------------------------------
 
-def _open_json_whole(name: str, data: bytes, size: int, doc=None) -> Source:
-    """``doc``: the document, if the caller parsed ``data`` already."""
-    warnings: list[str] = []
+def _open_json_whole(name: str, data: bytes, size: int, doc=None, unit: str = "byte",
+                     warnings: list[str] | None = None) -> Source:
+    """``doc``: the document, if the caller parsed ``data`` already; ``unit``: what the byte
+    positions in messages count (decompressed bytes of a gzip file)."""
+    warnings = list(warnings or ())
     try:
         if doc is None:
             doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         doc = _salvage(data)
         if doc is None:
-            raise QuicackError(f"not valid JSON: {e.msg}", name, f"byte {e.pos}") from None
+            raise QuicackError(f"not valid JSON: {e.msg}", name, f"{unit} {e.pos}") from None
         doc, kept_until = doc
-        warnings.append(f"{name}: JSON cut short at byte {len(data)}; kept every complete event "
-                        f"up to byte {kept_until}")
+        warnings.append(f"{name}: JSON cut short at {unit} {len(data)}; kept every complete event "
+                        f"up to {unit} {kept_until}")
     del data
     if not isinstance(doc, dict):
         raise QuicackError("not a qlog file: top level is not a JSON object", name, "byte 0")
@@ -1014,6 +1051,8 @@ def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
         if part.kind == "array" and not part.long_lines and '"maximum_object_size"' in str(e):
             part.long_lines = True  # (an element longer than the small buffer: staged again)
             return stage(con, source, part)
+        if part.kind == "lines" and _drop_carriage_returns(part.path):
+            return stage(con, source, part)  # (CRLF line ends, which DuckDB's CSV reader refuses)
         if source._diagnose is not None:
             raise source._diagnose(e) from None
         raise QuicackError(f"malformed events in trace {part.trace_index}: {_duck_message(e)}",

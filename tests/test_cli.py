@@ -47,6 +47,19 @@ def test_a_refused_file_exits_1_and_the_others_are_stored(tmp_path):
     assert "failures: 1" in result.output
 
 
+def test_a_gzip_qlog_cut_short_is_kept_with_a_warning_and_the_run_goes_on(tmp_path):
+    # (a gzip stream that ends early raises EOFError, which click would take for "Aborted!")
+    compressed = gzip.compress(CLIENT.read_bytes(), compresslevel=1)
+    cut = tmp_path / "cut.qlog.gz"
+    cut.write_bytes(compressed[:len(compressed) // 2])
+    db = tmp_path / "q.duckdb"
+    result = run("analyze", cut, SERVER, "--db", db)
+    assert result.exit_code == 0, result.output
+    assert "Aborted" not in result.output
+    assert f"warning: {cut}: stream ends with an error at decompressed byte " in result.output
+    assert f"files: 2 (2 ingested, 0 unchanged, 0 refused) into {db}" in result.output
+
+
 def test_a_missing_path_is_an_error_naming_it(tmp_path):
     result = run("analyze", tmp_path / "nope.qlog", "--db", tmp_path / "q.duckdb")
     assert result.exit_code == 1

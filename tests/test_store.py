@@ -138,6 +138,83 @@ def test_a_json_seq_record_cut_in_the_middle_keeps_the_records_before(store, tmp
                                f"{unit} {len(raw)}); kept every complete event before it"]
 
 
+def _gzip_cut(raw: bytes, keep: float) -> tuple[bytes, bytes]:
+    """The first ``keep`` of ``raw``'s gzip stream (a writer killed mid-file), and what any gzip
+    reader can decompress of it."""
+    import gzip
+    import zlib
+    # (level 1: the compressed stream is long enough for cuts inside every decompressed chunk)
+    compressed = gzip.compress(raw, compresslevel=1)
+    cut = compressed[:int(len(compressed) * keep)]
+    return cut, zlib.decompressobj(wbits=31).decompress(cut)
+
+
+GZIP_ENDED = "stream ends with an error at decompressed byte {} (Compressed file ended before the " \
+             "end-of-stream marker was reached); kept the complete records before it"
+
+
+@pytest.mark.parametrize("events, keep", [(40, 0.6), (60_000, 0.5)], ids=["within the head", "further on"])
+def test_a_gzip_json_seq_stream_cut_short_keeps_every_record_decompressed_before_the_cut(
+        store, tmp_path, events, keep):
+    header = orjson.dumps({"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {"vantage_point": {"type": "server"}}})
+    raw = b"".join(RS + r + b"\n" for r in [header] + [orjson.dumps(e) for e in _events(events)])
+    cut, readable = _gzip_cut(raw, keep)
+    path = tmp_path / "cut.sqlog.gz"
+    path.write_bytes(cut)
+    complete = readable.count(b"\n") - 1  # records whose line end was decompressed, header left out
+    assert 0 < complete < events
+    result = store.ingest(path)
+    assert result.status == "ingested" and result.packets == complete
+    assert result.warnings[0] == f"{path}: " + GZIP_ENDED.format(len(readable))
+    last = readable.rindex(b"\n") + 1  # the record cut short starts here, at its RS
+    assert result.warnings[1:] == [f"{path}: last record cut short at decompressed byte {last} (file ends at "
+                                   f"decompressed byte {len(readable)}); kept every complete event before it"]
+    # the kept packets are the first ones of the file, in order
+    assert rows(store, "SELECT min(packet_number) AS lo, max(packet_number) AS hi FROM packets") == [
+        {"lo": 0, "hi": complete - 1}]
+
+
+def test_a_gzip_json_document_cut_short_keeps_its_complete_events(store, tmp_path):
+    head = b'{"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": ['
+    parts = [orjson.dumps(e) for e in _events(30_000)]
+    raw = head + b",".join(parts) + b"]}]}"
+    cut, readable = _gzip_cut(raw, 0.5)
+    ends = [len(head) + sum(len(p) + 1 for p in parts[:i]) + len(parts[i]) for i in range(len(parts))]
+    complete = sum(1 for end in ends if end <= len(readable))
+    assert 0 < complete < len(parts)
+    path = tmp_path / "cut.qlog.gz"
+    path.write_bytes(cut)
+    result = store.ingest(path)
+    assert result.status == "ingested" and result.packets == complete
+    assert result.warnings[0] == f"{path}: " + GZIP_ENDED.format(len(readable))
+    assert result.warnings[1].startswith(f"{path}: JSON cut short at decompressed byte {len(readable)}; ")
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("separator", [RS, b""], ids=["JSON-SEQ", "NDJSON"])
+def test_records_with_crlf_line_ends_give_the_rows_of_lf_ones(tmp_path, gz, separator):
+    # RFC 8259: CR is whitespace, so a file written with Windows line ends holds the same records
+    # (DuckDB's CSV reader, which splits them, refuses CRLF mixed with LF and LF-only settings).
+    import gzip
+    header = orjson.dumps({"qlog_format": "JSON-SEQ" if separator else "NDJSON", "qlog_version": "0.3",
+                           "trace": {"vantage_point": {"type": "server"}}})
+    lines = [separator + r + b"\n" for r in [header] + [orjson.dumps(e) for e in _events(20)]]
+    got = {}
+    for name, raw in {"lf": b"".join(lines),
+                      "crlf": b"".join(lines).replace(b"\n", b"\r\n"),
+                      "mixed": b"".join(line.replace(b"\n", b"\r\n") if i % 3 else line
+                                        for i, line in enumerate(lines))}.items():
+        path = tmp_path / f"{name}.{'sqlog' if separator else 'ndjson'}{'.gz' if gz else ''}"
+        path.write_bytes(gzip.compress(raw) if gz else raw)
+        with Store(tmp_path / f"{name}.duckdb") as s:
+            result = s.ingest(path)
+            assert (result.status, result.warnings) == ("ingested", [])
+            got[name] = {t: s.con.execute(f"SELECT * EXCLUDE (connection_id) FROM {t} ORDER BY ALL").fetchall()
+                         for t in ("packets", "frames")}
+    assert len(got["lf"]["packets"]) == 20
+    assert got["crlf"] == got["lf"] and got["mixed"] == got["lf"]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "at byte 0: empty file, no qlog header"),
     (b"\n\n  ", "at byte 0: empty file, no qlog header"),
