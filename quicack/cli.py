@@ -157,7 +157,7 @@ def _print_summary(summary: Summary, db: str) -> None:
               f"events: {summary.events}")
     skipped = summary.skipped_events
     if skipped:
-        listed = ", ".join(f"{name} {n}" for name, n in list(skipped.items())[:12])
+        listed = ", ".join(f"{name or '(no name)'} {n}" for name, n in list(skipped.items())[:12])
         more = f", … {len(skipped) - 12} more names" if len(skipped) > 12 else ""
         click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
     if refused:

@@ -508,7 +508,9 @@ class Normalizer:
                 FROM (SELECT *, {_data("timer")} AS d FROM {self._e} WHERE name IN {_in(timers)})""")
         routed = named(*ROUTED_EVENTS)
         self._exec(f"""INSERT INTO other_events
-            SELECT connection_id, event_index, time_ms, name, json_extract(rec, '$.data')
+            SELECT connection_id, event_index, time_ms, name,
+                   -- (a record without a name, not an event object at all maybe, is kept whole)
+                   CASE WHEN name = '' THEN rec::JSON ELSE json_extract(rec, '$.data') END
             FROM {self._e} WHERE {f"name NOT IN {_in(routed)}" if routed else "true"}""")
 
     def _odcid(self, parameters: list[str], started: list[str]) -> None:

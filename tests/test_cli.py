@@ -60,6 +60,15 @@ def test_a_gzip_qlog_cut_short_is_kept_with_a_warning_and_the_run_goes_on(tmp_pa
     assert f"files: 2 (2 ingested, 0 unchanged, 0 refused) into {db}" in result.output
 
 
+def test_records_without_a_name_are_listed_as_such_in_the_summary(tmp_path):
+    path = tmp_path / "odd.sqlog"
+    path.write_bytes(b'\x1e{"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {}}\n'
+                     b'\x1e{"time": 1, "name": "transport:spin_bit_updated", "data": {}}\n\x1e[1]\n\x1e{"x": 1}\n')
+    result = run("analyze", path, "--db", tmp_path / "q.duckdb")
+    assert result.exit_code == 0, result.output
+    assert "events kept in other_events: 3 ((no name) 2, transport:spin_bit_updated 1)" in result.output
+
+
 def test_a_missing_path_is_an_error_naming_it(tmp_path):
     result = run("analyze", tmp_path / "nope.qlog", "--db", tmp_path / "q.duckdb")
     assert result.exit_code == 1

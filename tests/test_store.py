@@ -215,6 +215,19 @@ def test_records_with_crlf_line_ends_give_the_rows_of_lf_ones(tmp_path, gz, sepa
     assert got["crlf"] == got["lf"] and got["mixed"] == got["lf"]
 
 
+def test_records_that_are_not_events_are_kept_whole_and_counted(store, tmp_path):
+    header = orjson.dumps({"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {"vantage_point": {"type": "server"}}})
+    odd = [b"[1, 2]", b"42", b'{"x": 1}', b'{"time": 3, "data": {"y": 2}}']
+    records = [header, *[orjson.dumps(e) for e in _events(2)], *odd, orjson.dumps(_events(3)[2])]
+    path = tmp_path / "odd.sqlog"
+    path.write_bytes(b"".join(RS + r + b"\n" for r in records))
+    result = store.ingest(path)
+    assert (result.status, result.packets, result.skipped_events) == ("ingested", 3, {"": 4})
+    kept = store.con.execute("SELECT event_index, event_name, data FROM other_events ORDER BY 1").fetchall()
+    assert [(i, n, orjson.loads(d)) for i, n, d in kept] == [
+        (2, "", [1, 2]), (3, "", 42), (4, "", {"x": 1}), (5, "", {"time": 3, "data": {"y": 2}})]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "at byte 0: empty file, no qlog header"),
     (b"\n\n  ", "at byte 0: empty file, no qlog header"),
