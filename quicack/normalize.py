@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import qlog
-from .model import TraceInfo
+from .model import QuicackError, TraceInfo
 from .rows import insert as insert_rows
 from .sqltext import quote
 
@@ -211,6 +211,9 @@ class Normalizer:
 
         def named(*events: str) -> list[str]:
             return [n for e in events for n in by_event.get(e, [])]
+
+        if ev.column("t_ms").null_count:
+            _refuse_untimed_packets(ev, named(*PACKET_EVENTS), offset)
 
         # One connection per (trace, group): quinn writes all connections into one stream, told
         # apart by group_id.  A group first seen in this slice gets the next id, in file order.
@@ -619,6 +622,17 @@ class Normalizer:
         self._scratch = {}
         for table in ("conn", "tp_ev", "tr"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _refuse_untimed_packets(ev: pa.Table, packet_names: list[str], offset: int) -> None:
+    """Refuse a packet event without a time: ``packets.time_ms`` needs one, and every qlog draft
+    requires ``time`` on every event (another event without one is kept, its time_ms NULL)."""
+    untimed = ev.filter(pc.and_(pc.is_null(ev.column("t_ms")),
+                                pc.is_in(ev.column("name"), pa.array(packet_names, pa.string()))))
+    if untimed.num_rows:
+        first = untimed.slice(0, 1).to_pylist()[0]
+        raise QuicackError(f"{first['name']} event without a time (qlog requires one on every event)", None,
+                           f"trace {first['trace_index']} event {offset + first['row'] + 1}")
 
 
 def _datagram_ids(rows: pa.Table) -> pa.Table:

@@ -220,7 +220,7 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
                 with open(path, "rb") as f:
                     data = f.read()
                 try:
-                    doc = orjson.loads(data)
+                    doc = orjson.loads(_without_bom(data))
                 except orjson.JSONDecodeError:
                     doc = None  # cut short, or beyond orjson: the streaming pass, then salvage
                 if doc is not None:
@@ -472,6 +472,12 @@ def _drop_carriage_returns(path: str) -> bool:
     return True
 
 
+def _without_bom(data: bytes) -> bytes:
+    """RFC 8259 §8.1: parsers "MAY ignore the presence of a byte order mark" (Windows tools write
+    one); orjson refuses it."""
+    return data[3:] if data[:3] == b"\xef\xbb\xbf" else data
+
+
 def _duck_message(e: Exception) -> str:
     return str(e).splitlines()[0][:300]
 
@@ -526,7 +532,7 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     try:
         with open(path, "rb") as f, con.cursor() as side:
             skeleton, plan = _plan_json(source, f, size, side)
-        doc = orjson.loads(skeleton)
+        doc = orjson.loads(_without_bom(skeleton))
         version = qlog.generation(doc)
         trace_docs = qlog.traces_of(doc)
     except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
@@ -582,7 +588,7 @@ def _open_one_array(source: Source, path: Path, f, con) -> bool:
         if bracket < 0:
             break
         try:
-            doc = orjson.loads(head + tail[bracket:])
+            doc = orjson.loads(_without_bom(head) + tail[bracket:])
         except orjson.JSONDecodeError:
             continue
         end = tail_at + bracket
@@ -866,16 +872,19 @@ def _open_json_whole(name: str, data: bytes, size: int, doc=None, unit: str = "b
     """``doc``: the document, if the caller parsed ``data`` already; ``unit``: what the byte
     positions in messages count (decompressed bytes of a gzip file)."""
     warnings = list(warnings or ())
+    size_read = len(data)
+    data = _without_bom(data)
+    bom = size_read - len(data)  # (positions in messages count it)
     try:
         if doc is None:
             doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         doc = _salvage(data)
         if doc is None:
-            raise QuicackError(f"not valid JSON: {e.msg}", name, f"{unit} {e.pos}") from None
+            raise QuicackError(f"not valid JSON: {e.msg}", name, f"{unit} {bom + e.pos}") from None
         doc, kept_until = doc
-        warnings.append(f"{name}: JSON cut short at {unit} {len(data)}; kept every complete event "
-                        f"up to {unit} {kept_until}")
+        warnings.append(f"{name}: JSON cut short at {unit} {size_read}; kept every complete event "
+                        f"up to {unit} {bom + kept_until}")
     del data
     if not isinstance(doc, dict):
         raise QuicackError("not a qlog file: top level is not a JSON object", name, "byte 0")

@@ -382,6 +382,7 @@ class Store:
             return result
         except QuicackError as e:
             self.con.execute("ROLLBACK")
+            e.path = e.path or name  # (the normalizer knows positions, not the file)
             return FileResult(name, "refused", error=str(e))
         except duckdb.OutOfMemoryException:
             self.con.execute("ROLLBACK")

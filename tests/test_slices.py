@@ -417,3 +417,42 @@ def test_an_element_longer_than_the_small_json_buffer_is_staged_again_with_a_lar
     names, recs = blob_slices[0]
     assert sum(len(n) for _, n, _ in staged) == 120_001
     assert orjson.loads(recs[names.index("quic:blob")])["data"]["payload"] == "ab" * 15_000_000
+
+
+@pytest.mark.parametrize("traces", [1, 2], ids=["one events array", "two events arrays"])
+@pytest.mark.parametrize("streamed", [False, True], ids=["parsed whole", "streamed"])
+def test_a_json_document_with_a_byte_order_mark_gives_the_rows_of_one_without(tmp_path, monkeypatch, traces,
+                                                                                streamed):
+    # RFC 8259 §8.1: a parser "MAY ignore the presence of a byte order mark" (Windows tools write
+    # one); orjson refuses it, so each reading path must skip it.
+    doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "server"}, "events": _plain_events(300)}
+                                             for _ in range(traces)]}
+    plain = write_json(tmp_path / "plain.qlog", doc)
+    marked = tmp_path / "bom.qlog"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    if streamed:
+        monkeypatch.setattr(reader, "WHOLE_JSON_BYTES", 0)
+        monkeypatch.setattr(reader, "_open_json_whole", None)  # (the streaming pass must not give up)
+    got = {}
+    for path in (plain, marked):
+        result, snap, slices = ingest_with(path, tmp_path, path.stem, 4000 if streamed else 1 << 40, monkeypatch)
+        assert (result.status, result.warnings) == ("ingested", []), result.error
+        assert slices > 2 if streamed else slices == 1
+        got[path.stem] = {t: rows for t, rows in snap.items() if t != "files"}
+    assert len(got["plain"]["packets"]) == 300 * traces
+    assert got["bom"] == got["plain"]
+
+
+def test_byte_positions_in_a_document_with_a_byte_order_mark_count_it(store, tmp_path):
+    head = b'\xef\xbb\xbf{"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": ['
+    events = _plain_events(10)
+    parts = [orjson.dumps(e) for e in events]
+    raw = head + b",".join(parts[:6]) + b"," + parts[6][:20]  # never closed, cut inside event 7
+    path = tmp_path / "cut.qlog"
+    path.write_bytes(raw)
+    result = store.ingest(path)
+    kept_until = len(head) + len(b",".join(parts[:6]))
+    assert result.status == "ingested" and result.events == 6
+    assert result.packets == sum(e["name"].endswith(("packet_sent", "packet_received")) for e in events[:6])
+    assert result.warnings == [f"{path}: JSON cut short at byte {len(raw)}; kept every complete event "
+                               f"up to byte {kept_until}"]

@@ -228,6 +228,30 @@ def test_records_that_are_not_events_are_kept_whole_and_counted(store, tmp_path)
         (2, "", [1, 2]), (3, "", 42), (4, "", {"x": 1}), (5, "", {"time": 3, "data": {"y": 2}})]
 
 
+def test_a_packet_event_without_a_time_refuses_the_file_naming_it(store, tmp_path):
+    # Every qlog draft requires "time" on every event, and a packet cannot be placed without one;
+    # another event without one is kept (time_ms NULL).
+    store.ingest(AIOQUIC_CLIENT)
+    before = snapshot(store)
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {"vantage_point": {"type": "server"}}}
+    events = _events(4)
+    events.insert(1, {"name": "transport:spin_bit_updated", "data": {"state": True}})
+    del events[3]["time"]  # the third packet event, the file's fourth event
+    path = tmp_path / "untimed.sqlog"
+    path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header, *events]))
+    result = store.ingest(path)
+    assert result.status == "refused"
+    assert result.error == (f"{path} at trace 0 event 4: transport:packet_sent event without a time "
+                            "(qlog requires one on every event)")
+    assert snapshot(store) == before
+    del events[3]
+    path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header, *events]))
+    result = store.ingest(path)
+    assert (result.status, result.packets) == ("ingested", 3)
+    assert rows(store, "SELECT time_ms FROM other_events JOIN connections USING (connection_id) "
+                       f"WHERE file_id = {result.file_id}") == [{"time_ms": None}]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "at byte 0: empty file, no qlog header"),
     (b"\n\n  ", "at byte 0: empty file, no qlog header"),
