@@ -95,6 +95,8 @@ def _err():
 DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
                          type=click.Path(dir_okay=False),
                          help="DuckDB store to write (created if missing).")
+READ_DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
+                              type=click.Path(dir_okay=False), help="DuckDB store to read.")
 
 
 def _fail(e: QuicackError) -> None:
@@ -272,7 +274,7 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
 
 
 @main.command()
-@DB_OPTION
+@READ_DB_OPTION
 @click.option("--parquet", "directory", type=click.Path(file_okay=False),
               help="Folder to write one <table>.parquet per table into.")
 @click.option("--qlog", "qlog_path", type=click.Path(dir_okay=False),
@@ -309,7 +311,7 @@ def export(db, directory, qlog_path, connections):
 
 
 @main.command()
-@DB_OPTION
+@READ_DB_OPTION
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="HTML file to write  [default: reports/<store name>.html]")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
