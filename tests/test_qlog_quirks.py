@@ -119,6 +119,21 @@ def test_aioquic_writes_epoch_millisecond_times(store):
     assert first["t"] >= 0 and first["e"] >= conn["first_event_epoch_ms"]
 
 
+def test_epoch_millisecond_times_are_found_in_a_json_seq_stream_too(store, tmp_path):
+    # The same aioquic events written as a JSON-SEQ stream (its header without reference_time):
+    # the reader sniffs the first record's time there, not from a parsed document.
+    import orjson
+    doc = orjson.loads((DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog").read_bytes())
+    trace = doc["traces"][0]
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {k: v for k, v in trace.items() if k != "events"}}
+    store.ingest(write_seq(tmp_path / "aioquic.sqlog", header, trace["events"]))
+    conn = rows(store, "SELECT first_event_epoch_ms, quirks FROM connections")[0]
+    assert conn["first_event_epoch_ms"] == pytest.approx(trace["events"][0]["time"])
+    assert "absolute_epoch_times" in conn["quirks"]
+    assert rows(store, "SELECT min(time_ms) AS t FROM packets")[0]["t"] < 1e6  # since the first event, not epoch
+
+
 def test_ngtcp2_reference_time_zero_means_no_epoch(store, tmp_path):
     header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
               "trace": {"vantage_point": {"name": "ngtcp2", "type": "server"},

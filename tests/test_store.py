@@ -252,6 +252,22 @@ def test_a_packet_event_without_a_time_refuses_the_file_naming_it(store, tmp_pat
                        f"WHERE file_id = {result.file_id}") == [{"time_ms": None}]
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("separator", [RS, b""], ids=["JSON-SEQ", "NDJSON"])
+def test_a_last_record_without_its_line_end_is_kept(store, tmp_path, gz, separator):
+    # RFC 7464 ends each record with LF, but a complete last record without one (a writer that
+    # never added it) is still a whole event, unlike a record cut short.
+    import gzip
+    header = orjson.dumps({"qlog_format": "JSON-SEQ" if separator else "NDJSON", "qlog_version": "0.3",
+                           "trace": {"vantage_point": {"type": "server"}}})
+    raw = b"\n".join(separator + r for r in [header] + [orjson.dumps(e) for e in _events(5)])  # no final LF
+    path = tmp_path / f"t.{'sqlog' if separator else 'ndjson'}{'.gz' if gz else ''}"
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    result = store.ingest(path)
+    assert (result.status, result.packets, result.warnings) == ("ingested", 5, [])
+    assert rows(store, "SELECT max(packet_number) AS last FROM packets") == [{"last": 4}]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "at byte 0: empty file, no qlog header"),
     (b"\n\n  ", "at byte 0: empty file, no qlog header"),
