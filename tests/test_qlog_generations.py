@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import rows, write_json, write_seq
+from conftest import DATA, rows, write_json, write_seq
+from quicack import qlog
 
 REFERENCE_MS = 1_700_000_000_000.0
 CLIENT_INITIAL = {"packet_type": "initial", "packet_number": 0, "size": 1252,
@@ -216,3 +217,54 @@ def test_several_traces_in_one_file_are_several_connections(store, tmp_path):
     assert [tuple(r.values()) for r in senders] == [
         ("client", "sent", "client"), ("client", "received", "server"),
         ("server", "sent", "server"), ("server", "received", "client")]
+
+
+# What each real file's header says of its generation and producer (files.qlog_version,
+# connections.implementation), and the words that say it.
+_PRODUCERS = [
+    ("local/aioquic-transfer/qlog_client/34d060400e22933c.qlog", "0.3", "aioquic"),  # 0.3 JSON, ODCID, no reference_time
+    ("pcap2qlog/examples/20181219_handshake_v6_quicker.edm.uhasselt.be.qlog", "0.1", "pcap2qlog"),  # 0.1 NETWORK
+    ("pcap2qlog/examples/draft-01/ack_range.qlog", "draft-01", "pcap2qlog"),  # original_uris …/pcap2qlog/….json
+    ("pcap2qlog/examples/draft-02/ngtcp2-29-dsb.qlog", "draft-02-wip", "pcap2qlog"),  # original_uris ….json only
+    ("peers/ngtcp2/server.sqlog", "0.3", "ngtcp2"),  # vantage_point name "ngtcp2"
+    ("peers/quic-go/server.sqlog", "0.3", "quic-go"),  # title "quic-go qlog"; qlog_version 0.3 beside file_schema
+    ("peers/quinn/server.sqlog", "0.3", "quinn"),  # title "quinn 0.11.12 server …"
+    ("picoquic/picoquictest/binlog_ref.qlog", "draft-00", "picoquic"),  # title "picoquic"
+    ("quiche-qlog-crate/streamer_test_expected_main-schema.sqlog", "main-schema", "quiche"),  # "Quiche qlog trace"
+]
+
+
+@pytest.mark.parametrize("path, version, producer", _PRODUCERS, ids=[p for p, *_ in _PRODUCERS])
+def test_real_files_are_told_apart_by_generation_and_producer(store, path, version, producer):
+    result = store.ingest(DATA / path)
+    assert result.status == "ingested", result.error
+    assert rows(store, "SELECT DISTINCT f.qlog_version, c.implementation FROM connections c JOIN files f "
+                       "USING (file_id)") == [{"qlog_version": version, "implementation": producer}]
+
+
+@pytest.mark.parametrize("header, trace, producer", [
+    ({"qlog_version": "0.3"}, {"common_fields": {"ODCID": "ab"}}, "aioquic"),
+    # not aioquic's shape: a reference time, no ODCID, or another version
+    ({"qlog_version": "0.3"}, {"common_fields": {"ODCID": "ab", "reference_time": 1.7e12}}, "unknown"),
+    ({"qlog_version": "0.3"}, {"common_fields": {"group_id": "ab"}}, "unknown"),
+    ({"qlog_version": "0.4"}, {"common_fields": {"ODCID": "ab"}}, "unknown"),
+    # names found in the trace's description, configuration.code_version, the file's description
+    ({"qlog_version": "0.3"}, {"description": "neqo client"}, "neqo"),
+    ({"qlog_version": "0.3"}, {"configuration": {"code_version": "mvfst 2024.1"}}, "mvfst"),
+    ({"qlog_version": "0.3", "description": "an msquic trace"}, {}, "msquic"),
+    ({"qlog_version": "draft-02"}, {"configuration": {"original_uris": ["/data/pcap2qlog/out"]}}, "pcap2qlog"),
+])
+def test_the_producer_is_read_from_every_header_field_that_names_it(header, trace, producer):
+    assert qlog.describe_trace(header, trace, 0).implementation == producer
+
+
+@pytest.mark.parametrize("reference_time, epoch_ms, quirk", [
+    (1_700_000_000, 1_700_000_000_000.0, None),  # seconds since the epoch
+    (1_700_000_000_000, 1_700_000_000_000.0, None),  # ms
+    (3_600_000, None, "reference_time_not_epoch"),  # an hour of a monotonic clock, in ms
+    ("soon", None, "reference_time_not_epoch"),
+])
+def test_a_reference_time_counts_as_epoch_only_within_this_century(reference_time, epoch_ms, quirk):
+    info = qlog.describe_trace({"qlog_version": "0.3"}, {"common_fields": {"reference_time": reference_time}}, 0)
+    assert info.reference_epoch_ms == epoch_ms
+    assert (quirk in info.quirks) if quirk else "reference_time_not_epoch" not in info.quirks
