@@ -456,3 +456,18 @@ def test_byte_positions_in_a_document_with_a_byte_order_mark_count_it(store, tmp
     assert result.packets == sum(e["name"].endswith(("packet_sent", "packet_received")) for e in events[:6])
     assert result.warnings == [f"{path}: JSON cut short at byte {len(raw)}; kept every complete event "
                                f"up to byte {kept_until}"]
+
+
+def test_delta_times_keep_counting_across_slices(tmp_path, monkeypatch):
+    # qlog draft-02 delta_time (µs here): each event's time is the sum of all deltas before it,
+    # so a slice starts from the sum carried over from the one before.
+    events = [[str(1500 + (i % 7) * 100), "transport", "packet_sent",
+               {"packet_type": "1RTT", "header": {"packet_number": str(i)}, "frames": [{"frame_type": "ping"}]}]
+              for i in range(200)]
+    doc = {"qlog_version": "draft-02", "traces": [{
+        "vantage_point": {"type": "client"}, "configuration": {"time_units": "us"},
+        "event_fields": ["delta_time", "category", "event", "data"], "events": events}]}
+    got = assert_same_rows_in_slices(write_json(tmp_path / "delta.qlog", doc), tmp_path, monkeypatch, 1500,
+                                     min_slices=5)
+    last = sum(int(e[0]) for e in events[1:]) / 1000  # ms after the first event
+    assert sorted(r[2] for r in got["packets"])[-1] == pytest.approx(last)
