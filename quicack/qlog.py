@@ -61,6 +61,15 @@ QUIRKS: dict[str, dict[str, Any]] = {
     "aioquic": {"rx_datagram_events_first": True},
 }
 
+#: Quirks about the *order* of a producer's events.  quicack's own export keeps the stored event
+#: order, so these still hold for it; every other quirk rescales a value the store has already
+#: normalized (ack_delay in ms, metrics in ms) and must not be applied twice.
+ORDER_QUIRKS = frozenset({"metrics_before_packet_received", "rx_datagram_events_first"})
+
+#: Header title and trace configuration key that ``quicack export --qlog`` writes.
+EXPORT_TITLE = "exported by quicack"
+EXPORT_KEY = "quicack_export"
+
 _TIME_KEYS = {"relative_time": "relative", "time": "relative", "delta_time": "delta",
               "absolute_time": "absolute"}
 
@@ -129,6 +138,12 @@ def _implementation(header: dict, trace: dict) -> str:
     if header.get("qlog_version") == "0.3" and "ODCID" in common and "reference_time" not in common:
         return "aioquic"
     return "unknown"
+
+
+def is_quicack_export(header: dict, trace: dict) -> bool:
+    """Whether a trace was written by ``quicack export --qlog``: its values are already in ms."""
+    config = trace.get("configuration") or {}
+    return (isinstance(config, dict) and EXPORT_KEY in config) or header.get("title") == EXPORT_TITLE
 
 
 def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
@@ -210,6 +225,11 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
 
     implementation = _implementation(header, trace)
     quirk = QUIRKS.get(implementation, {})
+    if is_quicack_export(header, trace):
+        # the producer's name is kept, its value quirks were applied when the store read the
+        # original trace (an exported picoquic ack_delay of 11.152 ms is not a raw 11.152)
+        quirk = {k: v for k, v in quirk.items() if k in ORDER_QUIRKS}
+        quirks.append("quicack_export")
     if quirk:
         quirks.append(f"{implementation}:" + ",".join(sorted(quirk)))
     # (not qlog 0.1's root "connectionid": pcap2qlog wrote the client's source CID there; the

@@ -6,7 +6,9 @@ parameters (``transport:parameters_set``), logged metrics (``recovery:metrics_up
 (``recovery:packet_lost``) and the events kept in ``other_events`` as they were — in trace order,
 with ``time`` in ms relative to the connection's first event (``reference_time`` in
 ``common_fields`` when the wall-clock start is known).  A pcap-derived connection becomes a
-network-vantage trace.
+network-vantage trace.  The producer's name stays in ``vantage_point.name``; a
+``configuration.quicack_export`` key tells the reader the values are already in ms, so it does
+not rescale them again (picoquic's raw ack_delay, quinn's RTTs in seconds).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .qlog import EXPORT_KEY, EXPORT_TITLE
 from .store import Store
 
 QLOG_VERSION = "0.3"
@@ -74,11 +77,14 @@ def connection_trace(store: Store, connection_id: int) -> dict[str, Any]:
     return {"title": f"quicack connection {connection_id}",
             "description": f"{c['implementation']} {vantage} view; handshake {c['handshake_class']}",
             "vantage_point": vantage_point, "common_fields": common,
+            # read back by quicack.qlog: the values below are already normalized (ms), so the
+            # producer's scaling quirks must not be applied a second time
+            "configuration": {EXPORT_KEY: {"connection_id": connection_id}},
             "events": [e for _, e in events]}
 
 
 def qlog_document(store: Store, connection_ids: list[int]) -> dict[str, Any]:
-    return {"qlog_version": QLOG_VERSION, "qlog_format": "JSON", "title": "exported by quicack",
+    return {"qlog_version": QLOG_VERSION, "qlog_format": "JSON", "title": EXPORT_TITLE,
             "traces": [connection_trace(store, cid) for cid in connection_ids]}
 
 

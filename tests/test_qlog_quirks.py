@@ -317,3 +317,20 @@ def test_quic_go_metrics_before_the_packet_that_carried_the_ack(store):
          "logged_rttvar_ms": 1.656953},
         {"space": "handshake", "before": True, "logged_latest_rtt_ms": 3.313907, "logged_smoothed_rtt_ms": 3.313,
          "logged_rttvar_ms": 1.242}]
+
+
+@pytest.mark.parametrize("header, trace", [
+    ({"qlog_version": "0.3", "title": "exported by quicack"}, {}),  # exports before the configuration key
+    ({"qlog_version": "0.3"}, {"configuration": {"quicack_export": {"connection_id": 4}}}),  # one trace copied out
+])
+def test_quicack_exports_keep_order_quirks_and_drop_value_quirks(header, trace):
+    for name, kept in (("quic-go", "quic-go:metrics_before_packet_received"), ("aioquic", "aioquic:rx_datagram_events_first"),
+                       ("picoquic", None), ("quinn", None), ("mvfst", None)):
+        info = qlog.describe_trace(header, {**trace, "vantage_point": {"type": "client", "name": name}}, 0)
+        assert info.implementation == name
+        assert info.ack_delay_encoding is qlog.AckDelayEncoding.MS and info.metric_scale_ms == 1.0
+        assert not info.missing_ack_delay_is_zero and not info.latest_rtt_zero_is_unset
+        assert [q for q in info.quirks if q.startswith(name)] == ([kept] if kept else [])
+        assert "quicack_export" in info.quirks
+    plain = qlog.describe_trace({"qlog_version": "0.3", "title": "quicack"}, {"vantage_point": {"name": "picoquic"}}, 0)
+    assert plain.ack_delay_encoding is qlog.AckDelayEncoding.RAW and "quicack_export" not in plain.quirks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from conftest import DATA, rows
@@ -54,3 +55,37 @@ def test_export_needs_a_choice_when_the_store_is_large(tmp_path):
     assert bad.exit_code == 1 and bad.output == f"error: {db}: no connection 7\n"
     usage = CliRunner().invoke(main, ["export", "--db", str(db)])
     assert usage.exit_code == 2 and "give --parquet DIR and/or --qlog FILE" in usage.output
+
+
+ACK_DELAYS = """SELECT p.event_index, round(f.ack_delay_ms, 6) AS d FROM frames f JOIN packets p USING (connection_id, event_index)
+                WHERE f.connection_id = {cid} AND f.frame_type = 'ack' ORDER BY p.event_index, f.position"""
+METRICS = """SELECT round(latest_rtt_ms, 6) AS l, round(smoothed_rtt_ms, 6) AS s, round(min_rtt_ms, 6) AS m,
+                    round(rtt_variance_ms, 6) AS v FROM logged_metrics WHERE connection_id = {cid} ORDER BY event_index"""
+
+
+@pytest.mark.parametrize("source", [
+    DATA / "pcap2qlog/examples/draft-01/spin_bit.qlog",  # raw ack_delay (pcap2qlog copies the field)
+    DATA / "picoquic/picoquictest/binlog_ref.qlog",  # raw ack_delay (picoquic)
+    DATA / "peers/quinn/server.sqlog",  # RTTs logged in seconds (quinn)
+])
+def test_exported_values_are_not_rescaled_when_read_again(tmp_path, source):
+    # the export keeps the producer's name; reading it must not apply its scaling quirk again
+    with Store(tmp_path / "a.duckdb") as store:
+        assert store.ingest(source).status == "ingested"
+        ids = [r["connection_id"] for r in rows(store, "SELECT connection_id FROM connections ORDER BY 1")]
+        implementation = rows(store, "SELECT DISTINCT implementation FROM connections")
+        delays = [[r["d"] for r in rows(store, ACK_DELAYS.format(cid=cid))] for cid in ids]
+        metrics = [rows(store, METRICS.format(cid=cid)) for cid in ids]
+    assert any(d is not None and d > 0 for per in delays for d in per) or any(metrics)
+    out = tmp_path / "export.qlog"
+    result = CliRunner().invoke(main, ["export", "--db", str(tmp_path / "a.duckdb"), "--qlog", str(out)])
+    assert result.exit_code == 0, result.output
+    with Store(tmp_path / "b.duckdb") as again:
+        assert again.ingest(out).status == "ingested"
+        assert rows(again, "SELECT DISTINCT implementation FROM connections") == implementation
+        new_ids = [r["connection_id"] for r in rows(again, "SELECT connection_id FROM connections ORDER BY 1")]
+        assert [[r["d"] for r in rows(again, ACK_DELAYS.format(cid=cid))] for cid in new_ids] == delays
+        assert [rows(again, METRICS.format(cid=cid)) for cid in new_ids] == metrics
+        quirks = rows(again, "SELECT quirks FROM connections")
+        assert all("quicack_export" in r["quirks"] for r in quirks)
+        assert not any(q.startswith(("picoquic:", "pcap2qlog:", "quinn:")) for r in quirks for q in r["quirks"])
