@@ -217,6 +217,14 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         # aioquic 0.3 and others: event times are epoch milliseconds themselves.
         time_format = "absolute"
         quirks.append("absolute_epoch_times")
+    elif (time_format == "delta" and reference_epoch_ms is None and first_time is not None
+            and _epoch_ms_from_reference(first_time * time_scale_ms) == first_time * time_scale_ms):
+        # draft-marx-qlog-main-schema, time_format: "Delta: Delta-encode each time value on the
+        # previously logged value. The first event in a trace typically logs the full absolute
+        # timestamp."  The running sum is then an epoch time: the reference is the epoch itself,
+        # as in main-schema's relative_to_previous_event example (epoch 1970-01-01T00:00:00Z).
+        reference_epoch_ms = 0.0
+        quirks.append("delta_times_from_epoch")
 
     # quinn 0.11 writes vantage_point type "unknown" (its qlog stream is per endpoint config).
     vantage_from_first_packet = vantage is Vantage.UNKNOWN

@@ -76,6 +76,68 @@ def draft02_delta(tmp_path):
     return write_json(tmp_path / "d2.qlog", doc)
 
 
+def draft02_delta_absolute_first(tmp_path):
+    # "The first event in a trace typically logs the full absolute timestamp" (main schema of
+    # the draft-02 era, time_format "delta"): no reference_time, the running sum is epoch ms
+    events = [[str(int(REFERENCE_MS)), "transport", "packet_sent", _data_draft(CLIENT_INITIAL)],
+              ["25", "transport", "packet_received", _data_draft(SERVER_INITIAL)],
+              ["0", "recovery", "metrics_updated", METRICS],
+              ["1", "transport", "something_new", {"x": 1}]]
+    doc = {"qlog_version": "draft-02", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb"},
+        "event_fields": ["delta_time", "category", "event", "data"], "events": events}]}
+    return write_json(tmp_path / "d2abs.qlog", doc)
+
+
+def _delta_object_events(prefix="transport"):
+    events = _object_events(prefix, "recovery" if prefix == "transport" else prefix)
+    for event, delta in zip(events, (REFERENCE_MS, 25, 0, 1)):
+        event["time"] = delta
+    return events
+
+
+def v03_delta(tmp_path):
+    # 0.3 common_fields.time_format "delta", first event absolute (the draft's example: 1500, 5, 17, 66)
+    doc = {"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "time_format": "delta"},
+        "events": _delta_object_events()}]}
+    return write_json(tmp_path / "v03delta.qlog", doc)
+
+
+def v03_absolute(tmp_path):
+    events = _object_events()
+    for event in events:
+        event["time"] += REFERENCE_MS
+    doc = {"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "time_format": "absolute"},
+        "events": events}]}
+    return write_json(tmp_path / "v03abs.qlog", doc)
+
+
+def main_schema_previous_event(tmp_path):
+    # the main schema's own relative_to_previous_event example: epoch 1970, first time absolute
+    header = {"file_schema": "urn:ietf:params:qlog:file:sequential", "serialization_format": "application/qlog+json-seq",
+              "trace": {"vantage_point": {"type": "client"}, "common_fields": {
+                  "group_id": "aabb", "time_format": "relative_to_previous_event",
+                  "reference_time": {"clock_type": "system", "epoch": "1970-01-01T00:00:00.000Z"}}}}
+    events = _delta_object_events("quic")
+    events[2]["name"] = "quic:recovery_metrics_updated"
+    return write_seq(tmp_path / "msdelta.sqlog", header, events)
+
+
+def draft01_common_event_fields(tmp_path):
+    # event_fields among the common_fields, times epoch ms with no reference_time
+    events = [[REFERENCE_MS, "transport", "packet_sent", _data_draft(CLIENT_INITIAL)],
+              [REFERENCE_MS + 25, "transport", "packet_received", _data_draft(SERVER_INITIAL)],
+              [REFERENCE_MS + 25, "recovery", "metrics_updated", METRICS],
+              [REFERENCE_MS + 26, "transport", "something_new", {"x": 1}]]
+    doc = {"qlog_version": "draft-01", "traces": [{
+        "vantage_point": {"type": "client"},
+        "common_fields": {"ODCID": "aabb", "event_fields": ["relative_time", "category", "event", "data"]},
+        "events": events}]}
+    return write_json(tmp_path / "d1common.qlog", doc)
+
+
 def draft00_us(tmp_path):
     us = 1000
     metrics = {k: (v * us if k.endswith("rtt") or k == "rtt_variance" else v) for k, v in METRICS.items()}
@@ -153,15 +215,20 @@ GENERATIONS = {
     "draft-01 JSON, string numbers": draft01,
     "draft-01 JSON gzip": lambda p: draft01(p, gz=True),
     "draft-02 delta_time, reference in s": draft02_delta,
+    "draft-02 delta_time, first time absolute": draft02_delta_absolute_first,
+    "draft-01 event_fields in common_fields, epoch times": draft01_common_event_fields,
     "draft-00 time_units us": draft00_us,
     "0.3 JSON": v03_json,
     "0.3 JSON gzip": lambda p: v03_json(p, gz=True),
     "0.3 JSON-SEQ": v03_seq,
     "0.3 JSON-SEQ gzip": lambda p: v03_seq(p, gz=True),
+    "0.3 time_format delta": v03_delta,
+    "0.3 time_format absolute": v03_absolute,
     "0.4 JSON quic:": v04_json,
     "main-schema JSON-SEQ": main_schema_seq,
     "main-schema JSON-SEQ gzip": lambda p: main_schema_seq(p, gz=True),
     "main-schema JSON wall clock": main_schema_json,
+    "main-schema relative_to_previous_event": main_schema_previous_event,
     "draft NDJSON": ndjson_draft,
 }
 
