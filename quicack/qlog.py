@@ -145,7 +145,7 @@ def is_quicack_export(header: dict, trace: dict) -> bool:
 
 
 def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
-    names = [str(f) for f in fields]
+    names = [str(f).lower() for f in fields]
     time_key = next((k for k in names if k in _TIME_KEYS), None)
     event_key = next((k for k in ("event", "event_type", "type", "name") if k in names), None)
     if time_key is None or event_key is None or "data" not in names:

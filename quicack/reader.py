@@ -445,8 +445,8 @@ def _first_time(record, trace: dict) -> float | None:
     if isinstance(record, dict):
         value = record.get("time")
     elif isinstance(record, list):
-        fields = (trace.get("event_fields") or trace.get("fields")
-                  or (trace.get("common_fields") or {}).get("event_fields") or [])
+        fields = [str(f).lower() for f in (trace.get("event_fields") or trace.get("fields")
+                                           or (trace.get("common_fields") or {}).get("event_fields") or [])]
         key = next((k for k in ("relative_time", "time", "delta_time") if k in fields), None)
         value = record[fields.index(key)] if key and fields.index(key) < len(record) else None
     else:

@@ -138,6 +138,19 @@ def draft01_common_event_fields(tmp_path):
     return write_json(tmp_path / "d1common.qlog", doc)
 
 
+def draft00_upper_case(tmp_path):
+    # event_fields, vantage type and names in capitals (as qlog 0.1 wrote its categories and types)
+    events = [["0", "TRANSPORT", "PACKET_SENT", _data_draft(CLIENT_INITIAL)],
+              ["25", "TRANSPORT", "PACKET_RECEIVED", _data_draft(SERVER_INITIAL)],
+              ["25", "RECOVERY", "METRICS_UPDATED", METRICS],
+              ["26", "TRANSPORT", "SOMETHING_NEW", {"x": 1}]]
+    doc = {"qlog_version": "draft-00", "traces": [{
+        "vantage_point": {"type": "CLIENT"},
+        "common_fields": {"ODCID": "aabb", "reference_time": str(int(REFERENCE_MS))},
+        "event_fields": ["RELATIVE_TIME", "CATEGORY", "EVENT_TYPE", "DATA"], "events": events}]}
+    return write_json(tmp_path / "d0upper.qlog", doc)
+
+
 def draft00_us(tmp_path):
     us = 1000
     metrics = {k: (v * us if k.endswith("rtt") or k == "rtt_variance" else v) for k, v in METRICS.items()}
@@ -218,6 +231,7 @@ GENERATIONS = {
     "draft-02 delta_time, first time absolute": draft02_delta_absolute_first,
     "draft-01 event_fields in common_fields, epoch times": draft01_common_event_fields,
     "draft-00 time_units us": draft00_us,
+    "draft-00 upper case": draft00_upper_case,
     "0.3 JSON": v03_json,
     "0.3 JSON gzip": lambda p: v03_json(p, gz=True),
     "0.3 JSON-SEQ": v03_seq,
@@ -239,8 +253,9 @@ def test_generation_maps_to_the_same_rows(store, tmp_path, make):
     result = store.ingest(path)
     assert result.status == "ingested", result.error
     assert (result.connections, result.packets, result.events) == (1, 2, 4)
-    # the name as logged, category included (array events log it in a column of its own)
-    assert result.skipped_events in ({"transport:something_new": 1}, {"quic:something_new": 1})
+    # the name as logged (case too), category included (array events log it in a column of its own)
+    assert result.skipped_events in ({"transport:something_new": 1}, {"quic:something_new": 1},
+                                     {"TRANSPORT:SOMETHING_NEW": 1})
 
     conn = rows(store, "SELECT vantage, odcid, first_event_epoch_ms FROM connections")[0]
     assert conn["vantage"] == "client" and conn["odcid"] == "aabb"
@@ -331,6 +346,9 @@ def test_the_producer_is_read_from_every_header_field_that_names_it(header, trac
     (1_700_000_000_000, 1_700_000_000_000.0, None),  # ms
     (3_600_000, None, "reference_time_not_epoch"),  # an hour of a monotonic clock, in ms
     ("soon", None, "reference_time_not_epoch"),
+    ("11001", None, "reference_time_not_epoch"),  # picoquic's reference traces (qlog_trace_ref.txt)
+    ("1700000000000", 1_700_000_000_000.0, None),  # draft-01's string numbers
+    (1_700_000_000_000_000, 1_700_000_000_000.0, None),  # µs
 ])
 def test_a_reference_time_counts_as_epoch_only_within_this_century(reference_time, epoch_ms, quirk):
     info = qlog.describe_trace({"qlog_version": "0.3"}, {"common_fields": {"reference_time": reference_time}}, 0)
@@ -351,3 +369,14 @@ def test_a_group_id_column_of_draft_array_events_tells_connections_apart(store, 
     assert rows(store, """SELECT c.group_id, count(*) AS packets FROM packets JOIN connections c
                           USING (connection_id) GROUP BY 1 ORDER BY 1""") == [
         {"group_id": "g1", "packets": 2}, {"group_id": "g2", "packets": 1}]
+
+
+def test_a_0_1_trace_starts_at_its_starttime_in_seconds(store):
+    # pcap2qlog 0.1: "starttime": 1545242603.978787 (seconds), event times in ms from it
+    path = DATA / "pcap2qlog/examples/20181219_handshake_v6_quicker.edm.uhasselt.be.qlog"
+    assert store.ingest(path).status == "ingested"
+    conn = rows(store, "SELECT reference_epoch_ms, first_event_epoch_ms FROM connections")
+    assert conn == [{"reference_epoch_ms": pytest.approx(1545242603978.787),
+                     "first_event_epoch_ms": pytest.approx(1545242603978.787)}]
+    first = rows(store, "SELECT time_ms, epoch_ms FROM packets ORDER BY event_index LIMIT 1")[0]
+    assert first["epoch_ms"] == pytest.approx(1545242603978.787 + first["time_ms"])

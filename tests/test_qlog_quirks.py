@@ -45,6 +45,22 @@ def test_pcap2qlog_copies_the_raw_ack_delay_field(store):
     assert ack[0] == {"ack_delay_ms": pytest.approx(3.608), "ack_delay_raw": 451}
 
 
+def test_pcap2qlog_raw_1rtt_ack_delays_use_the_default_exponent_when_none_is_logged(store):
+    # ngtcp2-29-dsb.qlog (draft-02): no transport parameter in the trace names an exponent, so
+    # the raw fields ("307", "246", …) are × 2^3 µs in 1-RTT packets too (RFC 9000 §18.2 default 3)
+    import orjson
+    path = DATA / "pcap2qlog/examples/draft-02/ngtcp2-29-dsb.qlog"
+    events = orjson.loads(path.read_bytes())["traces"][1]["events"]
+    raw = [int(f["ack_delay"]) for e in events if e[3].get("packet_type") == "1RTT"
+           for f in e[3]["frames"] if f["frame_type"] == "ack"]
+    assert len(raw) == 5 and 307 in raw
+    store.ingest(path)
+    assert rows(store, "SELECT ack_delay_exponent FROM transport_parameters WHERE ack_delay_exponent IS NOT NULL") == []
+    got = rows(store, """SELECT f.ack_delay_ms FROM frames f JOIN packets p USING (connection_id, event_index)
+                         WHERE p.packet_type = '1RTT' AND f.frame_type = 'ack' ORDER BY p.event_index""")
+    assert [r["ack_delay_ms"] for r in got] == pytest.approx([r * 8 / 1000 for r in raw])
+
+
 def test_neqo_raw_ack_delay_uses_the_senders_exponent_after_the_handshake(store, tmp_path):
     header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
               "trace": {"vantage_point": {"name": "neqo-Client", "type": "client"}}}
@@ -115,6 +131,7 @@ def test_aioquic_writes_epoch_millisecond_times(store):
     conn = rows(store, "SELECT implementation, first_event_epoch_ms, quirks FROM connections")[0]
     assert conn["implementation"] == "aioquic"
     assert conn["first_event_epoch_ms"] == pytest.approx(1795331576819.0432)
+    assert "absolute_epoch_times" in conn["quirks"]
     first = rows(store, "SELECT min(time_ms) AS t, min(epoch_ms) AS e FROM packets")[0]
     assert first["t"] >= 0 and first["e"] >= conn["first_event_epoch_ms"]
 
@@ -163,7 +180,10 @@ def test_every_quirk_has_a_test_here():
 @pytest.mark.parametrize("name, canonical", [
     ("transport:packet_sent", "packet_sent"), ("quic:packet_sent", "packet_sent"),
     ("PACKET_RX", "packet_received"), ("recovery:metric_update", "metrics_updated"),
-    ("quic:recovery_metrics_updated", "metrics_updated"), ("NEW CONNECTION", "new_connection")])
+    ("quic:recovery_metrics_updated", "metrics_updated"), ("NEW CONNECTION", "new_connection"),
+    ("PACKET_TX", "packet_sent"), ("recovery:loss_timer_set", "loss_timer_updated"),
+    ("recovery:loss_timer_expired", "loss_timer_updated"), ("transport:transport_parameters_set", "parameters_set"),
+    (" Transport:Packet Sent ", "packet_sent")])
 def test_canonical_event_names(name, canonical):
     assert qlog.canonical_event(name) == canonical
 

@@ -277,6 +277,10 @@ def test_a_last_record_without_its_line_end_is_kept(store, tmp_path, gz, separat
     (b'\x1e{"qlog_version": "0.3", "trace": {}}\n\x1e{"time": 1, "name": "x"}\n\x1e{broken}\n\x1e{"time": 2}\n',
      "at byte 65: malformed record 3: "),
     (b"\x1f\x8bnot really gzip", "at byte 0: cannot read"),
+    (b'{"qlog_version": "0.3", "traces": []}', "at byte 0: qlog file has no traces"),
+    (b'{"qlog_version": "draft-01", "traces": [{"event_fields": ["relative_time", "category", "event"], '
+     b'"events": [["0", "transport", "packet_sent"]]}]}',
+     "at trace 0: event_fields ['relative_time', 'category', 'event'] lack a time, event or data column"),
 ])
 def test_unreadable_files_are_refused_and_the_store_is_untouched(store, tmp_path, content, message):
     store.ingest(AIOQUIC_CLIENT)
