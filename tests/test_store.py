@@ -278,6 +278,12 @@ def test_a_last_record_without_its_line_end_is_kept(store, tmp_path, gz, separat
      "at byte 65: malformed record 3: "),
     (b"\x1f\x8bnot really gzip", "at byte 0: cannot read"),
     (b'{"qlog_version": "0.3", "traces": []}', "at byte 0: qlog file has no traces"),
+    # a stream's header: the position is its first byte after the record separator and blanks
+    (b'\x1e{"qlog_version": "0.3", "trace": {\n\x1e{"time": 1}\n', "at byte 1: unreadable qlog header: "),
+    (b'\n \x1e[1, 2]\n\x1e{"time": 1}\n', "at byte 3: qlog header is not a JSON object"),
+    (b'\x1e{"qlog_format": "JSON-SEQ"}\n\x1e{"time": 1}\n',
+     "at byte 1: not a qlog file: no qlog_version, file_schema or traces"),
+    (b'  {"qlog_format": "NDJSON", "traces": []}\n{"time": 1}\n', "at byte 2: qlog file has no traces"),
     (b'{"qlog_version": "draft-01", "traces": [{"event_fields": ["relative_time", "category", "event"], '
      b'"events": [["0", "transport", "packet_sent"]]}]}',
      "at trace 0: event_fields ['relative_time', 'category', 'event'] lack a time, event or data column"),
