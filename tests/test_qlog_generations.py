@@ -180,6 +180,18 @@ def v03_json(tmp_path, gz=False):
     return write_json(tmp_path / ("v03.qlog.gz" if gz else "v03.qlog"), doc, gz)
 
 
+def v03_split_names(tmp_path):
+    # "qlog tools SHOULD be able to deal with both the concatenated "name" field, and the separate
+    # "category" and "type" fields" (draft-marx-qlog-main-schema); "event" as draft-01 called it
+    events = _object_events()
+    for event, key in zip(events, ("type", "event", "type", "event")):
+        event["category"], event[key] = event.pop("name").split(":")
+    doc = {"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{
+        "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": REFERENCE_MS},
+        "events": events}]}
+    return write_json(tmp_path / "v03split.qlog", doc)
+
+
 def v03_seq(tmp_path, gz=False):
     header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": {
         "vantage_point": {"type": "client"}, "common_fields": {"ODCID": "aabb", "reference_time": REFERENCE_MS}}}
@@ -237,6 +249,7 @@ GENERATIONS = {
     "0.3 JSON-SEQ": v03_seq,
     "0.3 JSON-SEQ gzip": lambda p: v03_seq(p, gz=True),
     "0.3 time_format delta": v03_delta,
+    "0.3 category and type fields": v03_split_names,
     "0.3 time_format absolute": v03_absolute,
     "0.4 JSON quic:": v04_json,
     "main-schema JSON-SEQ": main_schema_seq,
