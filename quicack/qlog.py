@@ -230,8 +230,11 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         quirks.append("vantage_from_first_packet")
 
     implementation = _implementation(header, trace)
+    exported = is_quicack_export(header, trace)
+    if exported and isinstance(vantage_point, dict) and vantage_point.get("name"):
+        implementation = str(vantage_point["name"])  # written by the export as stored ('tshark', …)
     quirk = QUIRKS.get(implementation, {})
-    if is_quicack_export(header, trace):
+    if exported:
         # the producer's name is kept, its value quirks were applied when the store read the
         # original trace (an exported picoquic ack_delay of 11.152 ms is not a raw 11.152)
         quirk = {k: v for k, v in quirk.items() if k in ORDER_QUIRKS}

@@ -89,3 +89,18 @@ def test_exported_values_are_not_rescaled_when_read_again(tmp_path, source):
         quirks = rows(again, "SELECT quirks FROM connections")
         assert all("quicack_export" in r["quirks"] for r in quirks)
         assert not any(q.startswith(("picoquic:", "pcap2qlog:", "quinn:")) for r in quirks for q in r["quirks"])
+
+
+def test_a_capture_exported_as_qlog_reads_back_as_the_same_network_view(tmp_path):
+    capture = DATA / "pcap2qlog/examples/draft-01/spin_bit.pcap"
+    with Store(tmp_path / "a.duckdb") as store:
+        assert store.ingest(capture).status == "ingested"
+        before = rows(store, PACKETS.format(cid=1)), rows(store, FIGURES.format(cid=1))
+        who = rows(store, "SELECT vantage, flow, implementation FROM connections")
+    out = tmp_path / "capture.qlog"
+    assert CliRunner().invoke(main, ["export", "--db", str(tmp_path / "a.duckdb"), "--qlog", str(out)]).exit_code == 0
+    with Store(tmp_path / "b.duckdb") as again:
+        assert again.ingest(out).status == "ingested"
+        assert (rows(again, PACKETS.format(cid=1)), rows(again, FIGURES.format(cid=1))) == before
+        assert rows(again, "SELECT vantage, flow, implementation FROM connections") == who
+    assert who == [{"vantage": "network", "flow": "client", "implementation": "tshark"}]
