@@ -245,7 +245,9 @@ def _is_stream_header(header: dict) -> bool:
     if fmt in ("JSON-SEQ", "NDJSON", "JSON-TEXT-SEQ"):
         return True
     if "trace" in header and "traces" not in header:
-        return True
+        # a sequential file's header; a document on one line may hold its events there instead
+        trace = header["trace"]
+        return not (isinstance(trace, dict) and isinstance(trace.get("events"), list))
     traces = header.get("traces")
     return isinstance(traces, list) and all("events" not in t for t in traces if isinstance(t, dict))
 

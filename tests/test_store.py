@@ -392,3 +392,26 @@ def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_stops_the_stag
     assert result.error.startswith(f"{path} at byte {offset}: malformed record {broken_at + 1}: "), result.error
     assert snapshot(store) == before
     assert not [t for t in threading.enumerate() if t.name == "quicack-stage"]
+
+
+@pytest.mark.parametrize("layout", ["one line", "indented"])
+@pytest.mark.parametrize("container", ["trace", "traces"])
+def test_a_json_document_on_one_line_is_not_taken_for_a_stream_header(store, tmp_path, layout, container):
+    # the first line of an NDJSON file is its header ("trace" without events); a whole document
+    # written on one line is a first line too, and its "trace" holds the events
+    trace = {"vantage_point": {"type": "client"}, "events": _events(3)}
+    doc = {"qlog_version": "0.3", container: trace if container == "trace" else [trace]}
+    path = tmp_path / "doc.qlog"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 if layout == "indented" else 0))
+    result = store.ingest(path)
+    assert (result.status, result.error, result.packets) == ("ingested", None, 3)
+
+
+@pytest.mark.parametrize("fmt", ["json-seq", "NDJSON", "ndjson", "JSON-TEXT-SEQ"])
+def test_the_stream_format_is_named_in_any_case(store, tmp_path, fmt):
+    # a header naming its format is a stream header even with a "traces" list holding events
+    header = {"qlog_format": fmt, "qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": []}]}
+    path = tmp_path / "s.sqlog"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in [header] + _events(4)) + b"\n")
+    result = store.ingest(path)
+    assert (result.status, result.error, result.packets) == ("ingested", None, 4)
