@@ -78,6 +78,18 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def member(container: dict, key: str) -> dict:
+    """A header member that must be a JSON object (common_fields, configuration, …): {} if it is
+    missing or is something else (a producer's odd header is read as if it had none)."""
+    value = container.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def event_fields(trace: dict) -> Any:
+    """The column names of a draft trace's array events (qlog draft-00…02, 0.1), as logged."""
+    return trace.get("event_fields") or trace.get("fields") or member(trace, "common_fields").get("event_fields")
+
+
 def _number(value: Any) -> float | None:
     try:
         return float(value)
@@ -119,8 +131,8 @@ def _rfc3339_ms(text: Any) -> float | None:
 
 
 def _implementation(header: dict, trace: dict) -> str:
-    vantage = trace.get("vantage_point") or {}
-    config = trace.get("configuration") or {}
+    vantage = member(trace, "vantage_point")
+    config = member(trace, "configuration")
     places = [vantage.get("name") if isinstance(vantage, dict) else None, trace.get("title"),
               trace.get("description"), config.get("code_version"), header.get("title"),
               header.get("description")]
@@ -140,8 +152,7 @@ def _implementation(header: dict, trace: dict) -> str:
 
 def is_quicack_export(header: dict, trace: dict) -> bool:
     """Whether a trace was written by ``quicack export --qlog``: its values are already in ms."""
-    config = trace.get("configuration") or {}
-    return (isinstance(config, dict) and EXPORT_KEY in config) or header.get("title") == EXPORT_TITLE
+    return EXPORT_KEY in member(trace, "configuration") or header.get("title") == EXPORT_TITLE
 
 
 def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
@@ -161,8 +172,8 @@ def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
 def describe_trace(header: dict, trace: dict, index: int, first_time: float | None = None) -> TraceInfo:
     """Decide how to read one trace.  ``first_time`` is the first event's raw time, if known."""
     generation(header)  # refuses what is not qlog
-    common = trace.get("common_fields") or {}
-    config = trace.get("configuration") or {}
+    common = member(trace, "common_fields")
+    config = member(trace, "configuration")
     vantage_point = trace.get("vantage_point") or header.get("vantage_point") or {}
     quirks: list[str] = []
 
@@ -182,7 +193,10 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         flow = "client"
         quirks.append("sender_from_connection_ids")
 
-    fields = trace.get("event_fields") or trace.get("fields") or common.get("event_fields")
+    fields = event_fields(trace)
+    if fields is not None and not isinstance(fields, list):
+        raise QuicackError(f"event_fields is {type(fields).__name__}, not a list of column names",
+                           position=f"trace {index}")
     if fields:
         layout, time_format = _layout(fields, f"trace {index}")
     else:
@@ -273,6 +287,12 @@ def traces_of(header: dict) -> list[dict]:
         traces = [t for t in header["traces"] if isinstance(t, dict)]
         if not traces:
             raise QuicackError("qlog file has no traces")
+        # a TraceError entry ("we tried to find/convert a file for inclusion in the aggregated
+        # qlog, but there was an error", draft-marx-qlog-main-schema) stands for a missing trace
+        errors = [t for t in traces if "error_description" in t and "events" not in t]
+        if len(errors) == len(traces):
+            raise QuicackError(f"qlog file has no traces, only {len(errors)} error "
+                               f"entr{'y' if len(errors) == 1 else 'ies'}: {str(errors[0]['error_description'])[:200]!r}")
         return traces
     if isinstance(header.get("trace"), dict):
         return [header["trace"]]

@@ -447,8 +447,8 @@ def _first_time(record, trace: dict) -> float | None:
     if isinstance(record, dict):
         value = record.get("time")
     elif isinstance(record, list):
-        fields = [str(f).lower() for f in (trace.get("event_fields") or trace.get("fields")
-                                           or (trace.get("common_fields") or {}).get("event_fields") or [])]
+        logged = qlog.event_fields(trace)
+        fields = [str(f).lower() for f in logged] if isinstance(logged, list) else []
         key = next((k for k in ("relative_time", "time", "delta_time") if k in fields), None)
         value = record[fields.index(key)] if key and fields.index(key) < len(record) else None
     else:
@@ -903,6 +903,8 @@ def _open_json_whole(name: str, data: bytes, size: int, doc=None, unit: str = "b
         events = trace.get("events") or []
         if not isinstance(events, list):
             raise QuicackError(f"trace {index}: events is not a list", name)
+        if "error_description" in trace and not events:  # a TraceError: see qlog.traces_of
+            warnings.append(f"{name}: trace {index} is an error entry: {str(trace['error_description'])[:200]!r}")
         traces.append(qlog.describe_trace(doc, trace, index, _first_time(events[0], trace) if events else None))
     source = Source(name, "json", version, traces, size, warnings)
     source._slices = _whole_slices(source, trace_docs)

@@ -415,3 +415,47 @@ def test_the_stream_format_is_named_in_any_case(store, tmp_path, fmt):
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in [header] + _events(4)) + b"\n")
     result = store.ingest(path)
     assert (result.status, result.error, result.packets) == ("ingested", None, 4)
+
+
+@pytest.mark.parametrize("member", ["common_fields", "configuration", "vantage_point"])
+@pytest.mark.parametrize("value", [[1, 2], 5, "client", True])
+@pytest.mark.parametrize("seq", [False, True])
+def test_a_header_member_of_the_wrong_type_is_read_as_absent(store, tmp_path, member, value, seq):
+    # (a list as common_fields ended the whole run with a Python traceback)
+    trace = {"vantage_point": {"type": "client"}, member: value}
+    path = tmp_path / ("t.sqlog" if seq else "t.qlog")
+    if seq:
+        header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3", "trace": trace}
+        path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header] + _events(2)))
+    else:
+        path.write_bytes(orjson.dumps({"qlog_version": "0.3", "traces": [dict(trace, events=_events(2))]}))
+    result = store.ingest(path)
+    assert (result.status, result.error, result.packets) == ("ingested", None, 2)
+
+
+@pytest.mark.parametrize("value, kind", [(5, "int"), ("time", "str"), ({"time": 0}, "dict")])
+def test_event_fields_that_are_not_a_list_are_refused(store, tmp_path, value, kind):
+    doc = {"qlog_version": "draft-01", "traces": [{"event_fields": value, "events": [["0", "transport", "x", {}]]}]}
+    path = tmp_path / "d.qlog"
+    path.write_bytes(orjson.dumps(doc))
+    result = store.ingest(path)
+    assert result.status == "refused"
+    assert result.error == f"{path} at trace 0: event_fields is {kind}, not a list of column names"
+
+
+def test_trace_error_entries(store, tmp_path):
+    # draft-marx-qlog-main-schema: "traces" may hold TraceError entries for files that could not
+    # be included; such an entry is reported, and a file of nothing else is refused
+    error = {"error_description": "File could not be found", "uri": "/srv/traces/today/latest.qlog"}
+    only = tmp_path / "only.qlog"
+    only.write_bytes(orjson.dumps({"qlog_version": "0.3", "traces": [error]}))
+    result = store.ingest(only)
+    assert (result.status, result.error) == (
+        "refused", f"{only} at byte 0: qlog file has no traces, only 1 error entry: 'File could not be found'")
+    mixed = tmp_path / "mixed.qlog"
+    mixed.write_bytes(orjson.dumps({"qlog_version": "0.3", "traces": [
+        error, {"vantage_point": {"type": "client"}, "events": _events(2)}]}))
+    result = store.ingest(mixed)
+    assert (result.status, result.packets) == ("ingested", 2)
+    assert result.warnings == [f"{mixed}: trace 0 is an error entry: 'File could not be found'"]
+    assert rows(store, "SELECT trace_index FROM connections") == [{"trace_index": 1}]
