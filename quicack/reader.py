@@ -230,14 +230,69 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
                 return found
             with open(path, "rb") as f:
                 return _open_json_whole(name, f.read(), size)
-        rest, error = (b"", error) if error is not None else _read(stream)
-        stream.close()
+        rest, error = (b"", error) if error is not None else _read(stream, WHOLE_JSON_BYTES + 1 - len(head))
         data = head + rest
+        if error is None and len(data) > WHOLE_JSON_BYTES:
+            return _open_json_gzip(name, stream, data, size, con)
+        if error is None:
+            rest, error = _read(stream)
+            data += rest
+        stream.close()
         early = [] if error is None else [_ended_early(name, "decompressed byte", len(data), error)]
         return _open_json_whole(name, data, size, unit="decompressed byte", warnings=early)
     except BaseException:
         stream.close()
         raise
+
+
+def _open_json_gzip(name: str, stream, head: bytes, size: int, con) -> Source:
+    """A gzip JSON document larger than WHOLE_JSON_BYTES decompressed: written to a temporary
+    file and cut like a plain one (parsed whole, an 80 MB document took 12 × its gzip file's size
+    … 970 MB … of memory).  Progress counts the gzip file's bytes, positions the decompressed ones."""
+    fd, tmp = tempfile.mkstemp(suffix=".qlog", prefix="quicack-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(head)
+            total, error = len(head), None
+            del head
+            while error is None:
+                part, error = _read(stream, SLICE_BYTES)
+                if not part:
+                    break
+                out.write(part)
+                total += len(part)
+        stream.close()
+        found = None if error is not None else _open_json_streaming(Path(tmp), name, total, con)
+        if found is None:  # cut short, or a layout the cutter does not follow: parsed whole
+            early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
+            with open(tmp, "rb") as f:
+                return _open_json_whole(name, f.read(), size, unit="decompressed byte", warnings=early)
+        found._temps.append(tmp)
+        tmp = None
+        found._slices = _decompressed_slices(found._slices, total, size)
+        return found
+    except QuicackError as e:
+        raise QuicackError(e.message, name, _decompressed(e.position)) from None
+    finally:
+        if tmp is not None:
+            _unlink(tmp)
+
+
+def _decompressed(position: str | None) -> str | None:
+    return "decompressed " + position if position and position.startswith("byte ") else position
+
+
+def _decompressed_slices(slices: Iterator[Slice], total: int, size: int) -> Iterator[Slice]:
+    """Slices of a decompressed temporary file, their progress in the gzip file's bytes."""
+    try:
+        for part in slices:
+            part.done_bytes = size if part.done_bytes >= total else part.done_bytes * size // total
+            yield part
+    except QuicackError as e:
+        raise QuicackError(e.message, e.path, _decompressed(e.position)) from None
+    finally:
+        if hasattr(slices, "close"):
+            slices.close()
 
 
 def _is_stream_header(header: dict) -> bool:

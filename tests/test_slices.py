@@ -10,6 +10,9 @@ which the other test modules check against the files' own content.
 
 from __future__ import annotations
 
+import gzip
+import tempfile
+import zlib
 from pathlib import Path
 
 import duckdb
@@ -471,3 +474,57 @@ def test_delta_times_keep_counting_across_slices(tmp_path, monkeypatch):
                                      min_slices=5)
     last = sum(int(e[0]) for e in events[1:]) / 1000  # ms after the first event
     assert sorted(r[2] for r in got["packets"])[-1] == pytest.approx(last)
+
+
+@pytest.mark.parametrize("traces", [1, 3], ids=["one events array", "several traces"])
+def test_a_large_gzip_json_document_is_cut_like_a_plain_one(tmp_path, monkeypatch, traces):
+    # Parsed whole, a gzip JSON document took ~12 × its gzip file in memory (an 80 MB document:
+    # 970 MB); above WHOLE_JSON_BYTES decompressed it is written to a temporary file and cut.
+    doc = {"qlog_version": "0.3", "traces": [
+        {"vantage_point": {"type": "client"}, "common_fields": {"ODCID": f"0{i}", "reference_time": 1.7e12},
+         "events": _events(150)} for i in range(traces)]}
+    plain = write_json(tmp_path / "doc.qlog", doc)
+    packed = write_json(tmp_path / "doc.qlog.gz", doc, gz=True)
+    whole, _ = _ingest_counting(plain, tmp_path / "whole.duckdb", monkeypatch)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    done = []
+    with monkeypatch.context() as m:
+        m.setattr(reader, "WHOLE_JSON_BYTES", 20_000)
+        m.setattr(reader, "SLICE_BYTES", 40_000)
+        staged = []
+        real_stage = reader.stage
+        m.setattr(reader, "stage", lambda con, source, part: staged.append(part) or real_stage(con, source, part))
+        parsed_whole = []
+        real_whole = reader._open_json_whole
+        m.setattr(reader, "_open_json_whole", lambda *a, **k: parsed_whole.append(a[0]) or real_whole(*a, **k))
+        with Store(tmp_path / "cut.duckdb") as store:
+            result = store.ingest(packed, progress=done.append)
+            cut = snapshot(store)
+    assert (result.status, result.warnings) == ("ingested", [])
+    assert parsed_whole == [] and len(staged) > traces  # cut in slices, never parsed whole
+    assert sum(done) == packed.stat().st_size  # progress in the gzip file's bytes
+    assert list(temp.iterdir()) == []  # the decompressed copy is gone
+    for table in whole:
+        if table != "files":
+            assert cut[table] == whole[table], table
+
+
+def test_a_large_gzip_json_document_cut_short_keeps_its_complete_events(tmp_path, monkeypatch):
+    doc = {"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"}, "events": _events(300)}]}
+    raw = orjson.dumps(doc)
+    packed = gzip.compress(raw)
+    path = tmp_path / "cut.qlog.gz"
+    path.write_bytes(packed[:len(packed) * 3 // 4])
+    monkeypatch.setattr(reader, "WHOLE_JSON_BYTES", 20_000)
+    decompressed = len(zlib.decompressobj(31).decompress(path.read_bytes()))
+    with Store(tmp_path / "s.duckdb") as store:
+        result = store.ingest(path)
+        kept = store.con.execute("SELECT count(*) FROM packets").fetchone()[0]
+    assert result.status == "ingested"
+    assert result.warnings[0].startswith(f"{path}: stream ends with an error at decompressed byte {decompressed} (")
+    expected = sum(1 for e in doc["traces"][0]["events"]
+                   if e["name"].endswith(("packet_sent", "packet_received"))
+                   and raw.find(orjson.dumps(e)) + len(orjson.dumps(e)) <= decompressed)
+    assert kept == expected > 0
