@@ -585,8 +585,14 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
         with open(path, "rb") as f:
             if _open_one_array(source, path, f, con):
                 return source
+            f.seek(max(0, size - 64))
+            ends_open = not f.read().rstrip().endswith(b"}")  # a whole document ends with '}'
     except OSError:
-        pass
+        ends_open = False
+    if ends_open:
+        found = _open_cut_short(path, name, size, con)
+        if found is not None:
+            return found
     try:
         with open(path, "rb") as f, con.cursor() as side:
             skeleton, plan = _plan_json(source, f, size, side)
@@ -595,7 +601,7 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
         trace_docs = qlog.traces_of(doc)
     except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
         source.close()
-        return None
+        return _open_cut_short(path, name, size, con)
     with_events = [i for i, t in enumerate(trace_docs) if "events" in t]
     if len(with_events) != len(plan) or any(trace_docs[i]["events"] != [] for i in with_events):
         source.close()
@@ -616,13 +622,27 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     return source
 
 
+def _open_cut_short(path: Path, name: str, size: int, con) -> Source | None:
+    """A document of one events array that ends inside it (a writer killed mid-file: JSON qlog
+    writers close the array and the document only when the connection ends), cut like a whole
+    one up to its last complete event; None if it is not one (parsed whole, then salvaged)."""
+    source = Source(name, "json", "", [], size)
+    try:
+        with open(path, "rb") as f:
+            if _open_one_array(source, path, f, con, cut_short=True):
+                return source
+    except OSError:
+        pass
+    return None
+
+
 #: how far from the end of a document the end of its one events array is looked for
 TAIL_BYTES = 1 << 16
 #: header bytes before the events array, at most, for a document read with :func:`_open_one_array`
 HEADER_BYTES = 1 << 20
 
 
-def _open_one_array(source: Source, path: Path, f, con) -> bool:
+def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False) -> bool:
     """Set ``source`` up to be cut while staged if its document holds exactly one non-empty events
     array; False (``source`` untouched) otherwise.
 
@@ -638,10 +658,10 @@ def _open_one_array(source: Source, path: Path, f, con) -> bool:
     head = f.read(start)
     tail_at = max(start, source.size - TAIL_BYTES)
     f.seek(tail_at)
-    tail = f.read()
+    tail = b"" if cut_short else f.read()
     doc = end = None
     bracket = len(tail)
-    for _ in range(MAX_CUT_TRIES):
+    for _ in range(MAX_CUT_TRIES if tail else 0):
         bracket = tail.rfind(b"]", 0, bracket)
         if bracket < 0:
             break
@@ -651,7 +671,11 @@ def _open_one_array(source: Source, path: Path, f, con) -> bool:
             continue
         end = tail_at + bracket
         break
-    if end is None or not isinstance(doc, dict):
+    if cut_short:
+        # (after the up-front cut failed too) the header closed after the '[' gives the traces;
+        # the events are cut as they come, up to the last complete one (:func:`_lazy_cuts`)
+        doc, end = _closed(head), source.size
+    if not isinstance(doc, dict):
         return False
     try:
         version = qlog.generation(doc)
@@ -673,8 +697,44 @@ def _open_one_array(source: Source, path: Path, f, con) -> bool:
     source.traces = [qlog.describe_trace(doc, trace, i, _first_time(first, trace) if i == index else None)
                      for i, trace in enumerate(trace_docs)]
     source._cursor = con.cursor()  # (closed with the source)
-    source._slices = _lazy_cuts(source, path, source._cursor, index, start, end)
+    source._slices = _lazy_cuts(source, path, source._cursor, index, start, end, cut_short)
     return True
+
+
+def _closed(head: bytes):
+    """The document ``head`` begins, every bracket it leaves open closed, or None."""
+    stack = []
+    for m in _TOKEN.finditer(head):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            stack.append(tok)
+        elif tok in (b"]", b"}"):
+            if not stack:
+                return None
+            stack.pop()
+    closers = b"".join(b"]" if t == b"[" else b"}" for t in reversed(stack))
+    try:
+        return orjson.loads(_without_bom(head) + closers)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _complete_elements(window: bytes) -> tuple[int | None, bool]:
+    """Where the last complete element of ``window`` ends (the window begins at an element; None
+    if it holds none), and whether the array is closed after it: its brackets walked, strings
+    skipped."""
+    depth, last = 0, None
+    for m in _TOKEN.finditer(window):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+        elif tok in (b"]", b"}"):
+            depth -= 1
+            if depth == 0:
+                last = m.end()
+            elif depth < 0:
+                return last, True
+    return last, False
 
 
 def _first_element_of(f, start: int, end: int):
@@ -693,10 +753,13 @@ def _first_element_of(f, start: int, end: int):
     return None
 
 
-def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: int) -> Iterator[Slice]:
+def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: int,
+               cut_short: bool = False) -> Iterator[Slice]:
     """The slices of the events array from ``start`` to the ``]`` at ``end``, each cut only when
     asked for: by the thread staging slices.  A candidate cut is checked by staging the slice
-    (:func:`_staged_cut`), so that each slice is parsed once, not once to check and once to stage."""
+    (:func:`_staged_cut`), so that each slice is parsed once, not once to check and once to stage.
+    ``cut_short``: the file ends inside the array (``end`` is its size); the last slice ends with
+    the last complete event, and a warning says where."""
     slice_bytes = _array_slice_bytes()
     with open(path, "rb") as f:
         cur, want = start, slice_bytes
@@ -704,6 +767,14 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             f.seek(cur)
             window = f.read(min(want, end - cur))
             final = cur + len(window) >= end
+            if final and cut_short:
+                last, closed = _complete_elements(window)
+                if not closed:
+                    source.warnings.append(f"{source.name}: JSON cut short at byte {source.size}; kept every "
+                                           f"complete event up to byte {cur if last is None else cur + last}")
+                if last is None:
+                    return
+                window = window[:last]
             if final and not window.strip():  # (a cut is made only where another element follows)
                 raise QuicackError("malformed events array: a comma before its end", source.name, f"byte {cur}")
             if final:
