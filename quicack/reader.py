@@ -115,6 +115,7 @@ class Source:
     _cursor: object = None  # a side cursor the slices use, closed with the source
     _delta_sum: dict[int, float] = field(default_factory=dict)
     _diagnose: object = None
+    unit: str = "byte"  # what positions in its messages count ('decompressed byte' for gzip)
 
     def slices(self) -> Iterator[Slice]:
         """Slices in file order; each temporary file is removed once the next one is asked for."""
@@ -230,10 +231,11 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
                 return found
             with open(path, "rb") as f:
                 return _open_json_whole(name, f.read(), size)
-        rest, error = (b"", error) if error is not None else _read(stream, WHOLE_JSON_BYTES + 1 - len(head))
+        want = WHOLE_JSON_BYTES + 1 - len(head)
+        rest, error = (b"", error) if error is not None or want <= 0 else _read(stream, want)
         data = head + rest
-        if error is None and len(data) > WHOLE_JSON_BYTES:
-            return _open_json_gzip(name, stream, data, size, con)
+        if len(data) > WHOLE_JSON_BYTES:
+            return _open_json_gzip(name, stream, data, size, con, error)
         if error is None:
             rest, error = _read(stream)
             data += rest
@@ -245,7 +247,7 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
         raise
 
 
-def _open_json_gzip(name: str, stream, head: bytes, size: int, con) -> Source:
+def _open_json_gzip(name: str, stream, head: bytes, size: int, con, error: Exception | None) -> Source:
     """A gzip JSON document larger than WHOLE_JSON_BYTES decompressed: written to a temporary
     file and cut like a plain one (parsed whole, an 80 MB document took 12 × its gzip file's size
     … 970 MB … of memory).  Progress counts the gzip file's bytes, positions the decompressed ones."""
@@ -253,7 +255,7 @@ def _open_json_gzip(name: str, stream, head: bytes, size: int, con) -> Source:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(head)
-            total, error = len(head), None
+            total = len(head)
             del head
             while error is None:
                 part, error = _read(stream, SLICE_BYTES)
@@ -262,11 +264,16 @@ def _open_json_gzip(name: str, stream, head: bytes, size: int, con) -> Source:
                 out.write(part)
                 total += len(part)
         stream.close()
-        found = None if error is not None else _open_json_streaming(Path(tmp), name, total, con)
-        if found is None:  # cut short, or a layout the cutter does not follow: parsed whole
-            early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
+        early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
+        if error is None:
+            found = _open_json_streaming(Path(tmp), name, total, con)
+        else:  # the gzip stream ends early: what it decompressed is a document cut short
+            found = _open_cut_short(Path(tmp), name, total, con)
+        if found is None:  # a layout the cutter does not follow: parsed whole
             with open(tmp, "rb") as f:
                 return _open_json_whole(name, f.read(), size, unit="decompressed byte", warnings=early)
+        found.unit = "decompressed byte"
+        found.warnings[:0] = early
         found._temps.append(tmp)
         tmp = None
         found._slices = _decompressed_slices(found._slices, total, size)
@@ -770,8 +777,8 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             if final and cut_short:
                 last, closed = _complete_elements(window)
                 if not closed:
-                    source.warnings.append(f"{source.name}: JSON cut short at byte {source.size}; kept every "
-                                           f"complete event up to byte {cur if last is None else cur + last}")
+                    source.warnings.append(f"{source.name}: JSON cut short at {source.unit} {source.size}; kept every "
+                                           f"complete event up to {source.unit} {cur if last is None else cur + last}")
                 if last is None:
                     return
                 window = window[:last]
