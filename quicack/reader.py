@@ -679,8 +679,9 @@ def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False)
         end = tail_at + bracket
         break
     if cut_short:
-        # (after the up-front cut failed too) the header closed after the '[' gives the traces;
-        # the events are cut as they come, up to the last complete one (:func:`_lazy_cuts`)
+        # (the file does not end with '}', or no other cut followed it) the header closed after
+        # the '[' gives the traces; the events are cut as they come, up to the last complete
+        # one (:func:`_lazy_cuts`)
         doc, end = _closed(head), source.size
     if not isinstance(doc, dict):
         return False
