@@ -203,6 +203,9 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
         if stripped[:1] == RS:
             return _open_lines(path, name, stream, head, "json-seq", compressed, size)
         if stripped[:1] != b"{":
+            if head[:2] in (b"\xff\xfe", b"\xfe\xff"):  # (PowerShell's '>' writes UTF-16)
+                raise QuicackError("UTF-16 text, not UTF-8 as JSON requires (RFC 8259 §8.1): convert it, "
+                                   "e.g. iconv -f UTF-16 -t UTF-8", name, "byte 0")
             raise QuicackError(f"not a qlog file: starts with {stripped[:16]!r}", name,
                                f"byte {len(head) - len(stripped)}")
         first_line = stripped.split(b"\n", 1)[0]

@@ -272,6 +272,8 @@ def test_a_last_record_without_its_line_end_is_kept(store, tmp_path, gz, separat
     (b"", "at byte 0: empty file, no qlog header"),
     (b"\n\n  ", "at byte 0: empty file, no qlog header"),
     (b"hello, world", "at byte 0: not a qlog file: starts with b'hello, world'"),
+    ('{"qlog_version": "0.3"}'.encode("utf-16"), "at byte 0: UTF-16 text, not UTF-8 as JSON requires (RFC 8259 "
+     "§8.1): convert it, e.g. iconv -f UTF-16 -t UTF-8"),
     (b'{"just": "json"}', "at byte 0: not a qlog file: no qlog_version, file_schema or traces"),
     (b'{"qlog_version": "0.3", "traces": [{"events": [{"time": 1, "na', "at byte 62: not valid JSON: unexpected end of data"),
     (b'\x1e{"qlog_version": "0.3", "trace": {}}\n\x1e{"time": 1, "name": "x"}\n\x1e{broken}\n\x1e{"time": 2}\n',
