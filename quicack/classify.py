@@ -71,6 +71,7 @@ class Facts:
     server_packets: int
     #: server Initials in the last attempt
     server_initials: int
+    #: the handshake ended at a Version Negotiation / Retry (no server Initial after the last one)
     version_negotiation: bool
     retry: bool
     #: first server Initial with an ACK frame (in the last attempt)
@@ -103,7 +104,7 @@ class Handshake:
     first_ack_acknowledges_first_initial: bool | None = None
     #: frame types of the packet carrying the first ACK, e.g. 'ack', 'ack+ping', 'ack+crypto'
     first_ack_frames: str | None = None
-    #: client Initial packets with distinct ClientHello CRYPTO offsets (>1: split ClientHello)
+    #: client Initials carrying ClientHello bytes no earlier one carried (>1: split ClientHello)
     clienthello_packets: int | None = None
     first_server_packet_ms: float | None = None
     server_hello_ms: float | None = None
@@ -174,7 +175,7 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
     """
     packets = list(packets)
     notes: list[str] = []
-    attempt_start = _last_restart(packets, notes)
+    attempt_start, after_restart, ended_at = _last_restart(packets, notes)
     attempt = packets[attempt_start:]
     frames_logged = any(p.frames for p in packets)
     crypto_logged = any(f.frame_type == "crypto" for p in packets for f in p.frames)
@@ -192,7 +193,9 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
     client_initials = [p for p in attempt if p.sender == "client" and p.packet_type == "initial"]
     ch_packets = _clienthello_packets(client_initials, before=sh)
     partial = _partial_clienthello(ch_packets, ack)
-    if _retransmitted_before_answer(client_initials, server_initials):
+    # (after a restart that led nowhere, the client's Initials before it are another attempt)
+    if _retransmitted_before_answer([p for p in packets[after_restart:]
+                                     if p.sender == "client" and p.packet_type == "initial"], server_initials):
         notes.append("client_initial_retransmitted")
 
     facts = Facts(
@@ -202,8 +205,10 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
         frames_logged=frames_logged,
         crypto_logged=crypto_logged,
         server_packets=sum(1 for p in packets if p.sender == "server"),
-        version_negotiation=any(p.packet_type == "version_negotiation" for p in packets),
-        retry=any(p.packet_type == "retry" for p in packets),
+        # the handshake ended at a Version Negotiation / Retry: no server Initial after the last
+        # one (after one that led somewhere, the attempt after it is classified)
+        version_negotiation=ended_at == "version_negotiation",
+        retry=ended_at == "retry",
         ack=ack,
         server_hello=sh,
         handshake_completed=_handshake_completed(attempt),
@@ -255,20 +260,24 @@ def _since(packet: Packet | None, t0: float | None) -> float | None:
     return packet.time_ms - t0
 
 
-def _last_restart(packets: list[Packet], notes: list[str]) -> int:
-    """Index of the first packet after the last Retry / Version Negotiation (0 if none)."""
+def _last_restart(packets: list[Packet], notes: list[str]) -> tuple[int, int, str | None]:
+    """Where the attempt to classify starts: the first packet after the last Retry / Version
+    Negotiation, or 0 if there is none or it led nowhere (no server Initial after it); then the
+    first packet after the last restart anyway, and the restart the handshake ended at (the
+    last one's packet type, if it led nowhere; the rules see it)."""
     start = 0
+    last = None
     restarts: list[str] = []
     for i, p in enumerate(packets):
         if p.sender == "server" and p.packet_type in ("retry", "version_negotiation"):
-            start = i + 1
+            start, last = i + 1, p.packet_type
             note = "after_retry" if p.packet_type == "retry" else "after_version_negotiation"
             if note not in restarts:
                 restarts.append(note)
     if start and not any(p.sender == "server" and p.packet_type == "initial" for p in packets[start:]):
-        return 0  # the restart led nowhere: classify what there is (the rules see retry / VN)
+        return 0, start, last  # the restart led nowhere: classify what there is
     notes.extend(restarts)
-    return start
+    return start, start, None
 
 
 def _carries_server_hello(p: Packet) -> bool:
@@ -277,42 +286,64 @@ def _carries_server_hello(p: Packet) -> bool:
     return any(f.frame_type == "crypto" and (f.offset_bytes or 0) == 0 for f in p.frames)
 
 
+def _crypto_ranges(p: Packet) -> list[tuple[int, int]]:
+    """The [start, end) byte ranges of the crypto stream a packet's CRYPTO frames carry (a frame
+    whose length is not logged counts as its first byte)."""
+    return [((f.offset_bytes or 0), (f.offset_bytes or 0) + max(f.length_bytes or 1, 1))
+            for f in p.frames if f.frame_type == "crypto"]
+
+
+def _covered(ranges: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether [start, end) lies within the union of ``ranges``."""
+    for low, high in sorted(ranges):
+        if low > start:
+            return False
+        start = max(start, high)
+        if start >= end:
+            return True
+    return False
+
+
 def _clienthello_packets(client_initials: list[Packet], before: Packet | None) -> list[Packet]:
-    """Client Initials carrying ClientHello bytes, one per distinct CRYPTO offset (first send)."""
-    seen: set[int] = set()
+    """Client Initials carrying ClientHello bytes no earlier Initial carried (first sends).  A
+    retransmission carries the same bytes, perhaps in other CRYPTO frames in another order
+    (Chrome shuffles them): it is not another ClientHello packet."""
+    sent: list[tuple[int, int]] = []
     out = []
     for p in client_initials:
         if before is not None and p.event_index > before.event_index:
             break
-        for f in p.frames:
-            if f.frame_type == "crypto":
-                offset = f.offset_bytes or 0
-                if offset not in seen:
-                    seen.add(offset)
-                    out.append(p)
-                break
+        ranges = _crypto_ranges(p)
+        if any(not _covered(sent, low, high) for low, high in ranges):
+            out.append(p)
+        sent.extend(ranges)
     return out
 
 
 def _partial_clienthello(ch_packets: list[Packet], ack: Packet | None) -> bool:
-    """A ClientHello split over several Initials of which the first ACK covers only some."""
+    """A ClientHello split over several Initials of which the first ACK leaves one out (a packet
+    whose number the trace does not give is no evidence either way)."""
     if ack is None or len(ch_packets) < 2:
         return False
     frame = ack.first("ack")
     if frame is None or not frame.acked_ranges:
         return False
-    return not all(p.packet_number is not None and _acknowledges(frame, p.packet_number)
-                   for p in ch_packets)
+    return any(p.packet_number is not None and not _acknowledges(frame, p.packet_number)
+               for p in ch_packets)
 
 
 def _retransmitted_before_answer(client_initials: list[Packet], server_initials: list[Packet]) -> bool:
+    """Whether a client Initial re-sent ClientHello bytes before the server's first Initial."""
     first_answer = server_initials[0].event_index if server_initials else None
-    offsets = []
+    sent: list[tuple[int, int]] = []
     for p in client_initials:
         if first_answer is not None and p.event_index > first_answer:
             break
-        offsets.extend(f.offset_bytes or 0 for f in p.frames if f.frame_type == "crypto")
-    return len(offsets) != len(set(offsets))
+        ranges = _crypto_ranges(p)
+        if any(_covered(sent, low, low + 1) for low, _ in ranges):
+            return True
+        sent.extend(ranges)
+    return False
 
 
 def _handshake_completed(attempt: list[Packet]) -> bool:

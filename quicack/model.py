@@ -15,7 +15,9 @@ from typing import NamedTuple
 #: Bumped whenever the mapping from input to rows changes; a store re-ingests a file only when
 #: asked (``--reanalyze``) or when the file was ingested by another analysis version.  4: a
 #: ``quicack export --qlog`` file is not rescaled by its producer's quirks, delta-time traces
-#: whose first event holds the epoch time keep it, no producer is guessed from a header's shape.
+#: whose first event holds the epoch time keep it, no producer is guessed from a header's shape;
+#: handshakes: a failed attempt after a restart is that failure, a ClientHello retransmitted with
+#: its CRYPTO frames reordered is one packet, a partial ClientHello needs logged packet numbers.
 ANALYSIS_VERSION = 4
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
