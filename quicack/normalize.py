@@ -513,7 +513,7 @@ class Normalizer:
         self._exec(f"""INSERT INTO other_events
             SELECT connection_id, event_index, time_ms, name,
                    -- (a record without a name, not an event object at all maybe, is kept whole)
-                   CASE WHEN name = '' THEN rec::JSON ELSE json_extract(rec, '$.data') END
+                   CASE WHEN name = '' THEN json(rec) ELSE json_extract(rec, '$.data') END
             FROM {self._e} WHERE {f"name NOT IN {_in(routed)}" if routed else "true"}""")
 
     def _odcid(self, parameters: list[str], started: list[str]) -> None:
