@@ -217,8 +217,12 @@ def _fill_sql_figures(con, first_id: int) -> None:
             server_max_ack_delay_ms = tp.max_ack_delay_ms, server_ack_delay_exponent = tp.ack_delay_exponent,
             server_min_ack_delay_ms = tp.min_ack_delay_ms,
             ack_frequency_supported = tp.min_ack_delay_ms IS NOT NULL
-        FROM transport_parameters tp
-        WHERE c.connection_id >= ? AND tp.connection_id = c.connection_id AND tp.endpoint = 'server'""",
+        FROM (SELECT * FROM transport_parameters WHERE connection_id >= ? AND endpoint = 'server'
+              -- one row: qlog's owners are 'local' and 'remote', one row each; a trace naming
+              -- other owners has more, and the one taken must not depend on DuckDB's plan
+              QUALIFY row_number() OVER (PARTITION BY connection_id
+                                         ORDER BY owner IN ('local', 'remote') DESC, time_ms DESC, owner) = 1) tp
+        WHERE tp.connection_id = c.connection_id""",
                 [first_id])
 
 
