@@ -224,9 +224,11 @@ def _explained_server_difference(name: str, d, last_logged_handshake_pn: int | N
         # (conn_recv_handshake_pkt), and logs every duration in whole milliseconds (truncated)
         zeroed = d.sender == "client" and d.space in ("initial", "handshake") and logged == 0.0
         return zeroed or logged == math.floor(on_wire + 1e-9)
-    if name == "ngtcp2" and d.kind == "only_a":
-        # the client's Handshake retransmissions after ngtcp2 discarded its Handshake keys: dropped
-        # without a qlog event
+    if d.kind == "only_a":
+        # the client's Handshake retransmissions after the server discarded its Handshake keys
+        # (RFC 9001 §4.9.2: "An endpoint MUST discard its Handshake keys when the TLS handshake is
+        # confirmed"): undecryptable, so no packet event — ngtcp2 every time; quinn when a loaded
+        # machine lets the client's PTO fire before the server's ACK of its Finished arrives
         return d.sender == "client" and d.space == "handshake" and d.packet_number > last_logged_handshake_pn
     return False
 
