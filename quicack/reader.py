@@ -714,20 +714,32 @@ def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False)
 
 def _closed(head: bytes):
     """The document ``head`` begins, every bracket it leaves open closed, or None."""
-    stack = []
-    for m in _TOKEN.finditer(head):
+    stack: list[bytes] = []
+    try:
+        for _, stack in _tokens(head):
+            pass
+        return orjson.loads(_without_bom(head) + _closers(stack))
+    except (_Irregular, orjson.JSONDecodeError):
+        return None
+
+
+def _tokens(data: bytes) -> Iterator[tuple[re.Match, list[bytes]]]:
+    """Each token of ``data`` (a string, or a bracket) with the brackets still open after it;
+    raises _Irregular at a closing bracket that nothing opened."""
+    stack: list[bytes] = []
+    for m in _TOKEN.finditer(data):
         tok = m.group()
         if tok in (b"[", b"{"):
             stack.append(tok)
         elif tok in (b"]", b"}"):
             if not stack:
-                return None
+                raise _Irregular("a bracket closes what was not opened")
             stack.pop()
-    closers = b"".join(b"]" if t == b"[" else b"}" for t in reversed(stack))
-    try:
-        return orjson.loads(_without_bom(head) + closers)
-    except orjson.JSONDecodeError:
-        return None
+        yield m, stack
+
+
+def _closers(stack: list[bytes]) -> bytes:
+    return b"".join(b"]" if t == b"[" else b"}" for t in reversed(stack))
 
 
 def _complete_elements(window: bytes) -> tuple[int | None, bool]:
@@ -1076,30 +1088,25 @@ def _salvage(data: bytes):
     starts = [m.end() for m in _EVENTS_KEY.finditer(data)]
     if not starts:
         return None
-    stack: list[bytes] = []
     events_depth = None
     cut = None
     cut_stack: list[bytes] = []
     next_events = 0
-    for m in _TOKEN.finditer(data):
-        tok = m.group()
-        while next_events < len(starts) and m.start() >= starts[next_events] - 1:
-            if m.start() == starts[next_events] - 1 and tok == b"[":
-                events_depth = len(stack) + 1
-            next_events += 1
-        if tok in (b"[", b"{"):
-            stack.append(tok)
-        elif tok in (b"]", b"}"):
-            if not stack:
-                return None
-            stack.pop()
-            if events_depth is not None and len(stack) == events_depth:
+    try:
+        for m, stack in _tokens(data):
+            tok = m.group()
+            while next_events < len(starts) and m.start() >= starts[next_events] - 1:
+                if m.start() == starts[next_events] - 1 and tok == b"[":
+                    events_depth = len(stack)  # (the array's '[' is open now)
+                next_events += 1
+            if tok in (b"]", b"}") and events_depth is not None and len(stack) == events_depth:
                 cut, cut_stack = m.end(), list(stack)
+    except _Irregular:
+        return None
     if cut is None:
         return None
-    closers = b"".join(b"]" if t == b"[" else b"}" for t in reversed(cut_stack))
     try:
-        return orjson.loads(data[:cut] + closers), cut
+        return orjson.loads(data[:cut] + _closers(cut_stack)), cut
     except orjson.JSONDecodeError:
         return None
 

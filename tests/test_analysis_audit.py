@@ -99,33 +99,24 @@ def test_figures_relative_to_the_client_initial_are_null_without_it(store, tmp_p
 
 # --- the first CONNECTION_CLOSE (_first_closes) ---------------------------------------------------
 
-def test_a_raw_error_code_of_the_first_connection_close_names_a_tls_alert(store, tmp_path):
+def _close(error: dict) -> dict:
+    return {"frame_type": "connection_close", "error_space": "transport", **error}
+
+
+@pytest.mark.parametrize("closes, reason", [
     # Kills A04 (raw_error_code ignored).  The server closes with raw_error_code 0x128 = 296 (no
     # error_code), in RFC 9000 §20.1's CRYPTO_ERROR range 0x0100-0x01ff ("The cryptographic
     # handshake failed").
-    events = [
-        pkt(0.0, "sent", "initial", 0, crypto(300)),
-        pkt(10.0, "received", "initial", 0, ack((0, 0))),
-        pkt(20.0, "received", "initial", 1, {"frame_type": "connection_close", "error_space": "transport",
-                                            "raw_error_code": 296}),
-    ]
-    c = connection(store, tmp_path, events)
-    assert (c["handshake_class"], c["handshake_reason"]) == ("failed", "tls_alert")
-
-
-def test_the_first_connection_close_names_who_closed(store, tmp_path):
+    ([("received", {"raw_error_code": 296})], "tls_alert"),
     # Kills A03 (the last close's sender).  The server closes first (NO_ERROR); the client's
     # later CONNECTION_CLOSE must not make it "connection_close_by_client".
-    events = [
-        pkt(0.0, "sent", "initial", 0, crypto(300)),
-        pkt(10.0, "received", "initial", 0, ack((0, 0))),
-        pkt(20.0, "received", "initial", 1, {"frame_type": "connection_close", "error_space": "transport",
-                                            "error_code": 0}),
-        pkt(30.0, "sent", "initial", 1, {"frame_type": "connection_close", "error_space": "transport",
-                                        "error_code": 0}),
-    ]
+    ([("received", {"error_code": 0}), ("sent", {"error_code": 0})], "connection_close_by_server"),
+], ids=["raw error code", "first close"])
+def test_the_first_connection_close_gives_the_failure(store, tmp_path, closes, reason):
+    events = [pkt(0.0, "sent", "initial", 0, crypto(300)), pkt(10.0, "received", "initial", 0, ack((0, 0)))]
+    events += [pkt(20.0 + 10 * i, direction, "initial", 1, _close(error)) for i, (direction, error) in enumerate(closes)]
     c = connection(store, tmp_path, events)
-    assert (c["handshake_class"], c["handshake_reason"]) == ("failed", "connection_close_by_server")
+    assert (c["handshake_class"], c["handshake_reason"]) == ("failed", reason)
 
 
 # --- the classifier's input (_handshake_inputs, _ranges) ---------------------------------------------

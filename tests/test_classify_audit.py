@@ -7,37 +7,8 @@ from __future__ import annotations
 import pytest
 
 from quicack.classify import Close, classify
-from quicack.model import Frame, Packet
-
-CH = Frame("crypto", offset_bytes=0, length_bytes=300)
-SH = Frame("crypto", offset_bytes=0, length_bytes=90)
-PAD = Frame("padding")
-
-
-def ack_of(*ranges, delay=0.5):
-    return Frame("ack", ack_delay_ms=delay, largest_acknowledged=max(h for _, h in ranges), acked_ranges=ranges)
-
-
-class Trace:
-    """Builds packets in order: client/server Initial, Handshake … with increasing event_index."""
-
-    def __init__(self, vantage="client"):
-        self.vantage = vantage
-        self.packets: list[Packet] = []
-        self.datagram = 0
-
-    def add(self, t, sender, ptype, pn, *frames, size=None, same_datagram=False):
-        if not same_datagram:
-            self.datagram += 1
-        direction = "sent" if sender == self.vantage else "received"
-        self.packets.append(Packet(len(self.packets), t, direction, sender, ptype, pn, size,
-                                   self.datagram, tuple(frames)))
-        return self
-
-    def finish(self, t):
-        """The client's Finished: the handshake completed."""
-        return self.add(t, "client", "handshake", 0, ack_of((0, 0)), Frame("crypto", offset_bytes=0, length_bytes=36))
-
+from quicack.model import Frame
+from test_classify import CH, PAD, SH, Trace, ack_of  # noqa: F401  (the same packet builder)
 
 def iack_trace(vantage="client"):
     """ACK-only server Initial at 10 ms, ServerHello at 30 ms, Finished at 40 ms."""
