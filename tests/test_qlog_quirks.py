@@ -354,3 +354,31 @@ def test_quicack_exports_keep_order_quirks_and_drop_value_quirks(header, trace):
         assert "quicack_export" in info.quirks
     plain = qlog.describe_trace({"qlog_version": "0.3", "title": "quicack"}, {"vantage_point": {"name": "picoquic"}}, 0)
     assert plain.ack_delay_encoding is qlog.AckDelayEncoding.RAW and "quicack_export" not in plain.quirks
+
+
+def test_quic_go_metrics_before_an_earlier_received_packet_are_not_those_of_the_ack(store, tmp_path):
+    # With metrics_before_packet_received, a sample's logged values are the last metrics event
+    # *after the previous received packet*: one logged before that packet belongs to its handling.
+    # Client view: pn 0 and 1 sent; server pn 0 acknowledges 0 (metrics logged before it: 10 ms),
+    # then server pn 1 acknowledges 1 with no metrics event logged for it.
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"type": "client"}, "title": "quic-go qlog"}}
+
+    def received(t, pn, largest):
+        return {"time": t, "name": "transport:packet_received",
+                "data": {"header": {"packet_type": "1RTT", "packet_number": pn},
+                         "frames": [{"frame_type": "ack", "acked_ranges": [[0, largest]]}]}}
+    events = [
+        {"time": 0, "name": "transport:packet_sent",
+         "data": {"header": {"packet_type": "1RTT", "packet_number": 0}, "frames": [{"frame_type": "ping"}]}},
+        {"time": 5, "name": "transport:packet_sent",
+         "data": {"header": {"packet_type": "1RTT", "packet_number": 1}, "frames": [{"frame_type": "ping"}]}},
+        {"time": 10, "name": "recovery:metrics_updated", "data": {"latest_rtt": 10, "smoothed_rtt": 10, "rtt_variance": 5}},
+        received(10, 0, 0),
+        received(25, 1, 1),
+    ]
+    store.ingest(write_seq(tmp_path / "qg.sqlog", header, events))
+    got = rows(store, """SELECT event_index, latest_rtt_ms, logged_event_index, logged_latest_rtt_ms
+                         FROM rtt_samples ORDER BY event_index""")
+    assert got == [{"event_index": 3, "latest_rtt_ms": 10.0, "logged_event_index": 2, "logged_latest_rtt_ms": 10.0},
+                   {"event_index": 4, "latest_rtt_ms": 20.0, "logged_event_index": None, "logged_latest_rtt_ms": None}]
