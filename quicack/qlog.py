@@ -133,7 +133,7 @@ def _rfc3339_ms(text: Any) -> float | None:
 def _implementation(header: dict, trace: dict) -> str:
     vantage = member(trace, "vantage_point")
     config = member(trace, "configuration")
-    places = [vantage.get("name") if isinstance(vantage, dict) else None, trace.get("title"),
+    places = [vantage.get("name"), trace.get("title"),
               trace.get("description"), config.get("code_version"), header.get("title"),
               header.get("description")]
     text = " ".join(str(p) for p in places if p).lower()
@@ -224,13 +224,13 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
     else:
         reference_epoch_ms = None
 
-    if (time_format == "relative" and reference_epoch_ms is None and first_time is not None
-            and _epoch_ms_from_reference(first_time * time_scale_ms) == first_time * time_scale_ms):
+    first_is_epoch = (reference_epoch_ms is None and first_time is not None
+                      and _epoch_ms_from_reference(first_time * time_scale_ms) == first_time * time_scale_ms)
+    if time_format == "relative" and first_is_epoch:
         # aioquic 0.3 and others: event times are epoch milliseconds themselves.
         time_format = "absolute"
         quirks.append("absolute_epoch_times")
-    elif (time_format == "delta" and reference_epoch_ms is None and first_time is not None
-            and _epoch_ms_from_reference(first_time * time_scale_ms) == first_time * time_scale_ms):
+    elif time_format == "delta" and first_is_epoch:
         # draft-marx-qlog-main-schema, time_format: "Delta: Delta-encode each time value on the
         # previously logged value. The first event in a trace typically logs the full absolute
         # timestamp."  The running sum is then an epoch time: the reference is the epoch itself,

@@ -298,8 +298,6 @@ def _decompressed_slices(slices: Iterator[Slice], total: int, size: int) -> Iter
         for part in slices:
             part.done_bytes = size if part.done_bytes >= total else part.done_bytes * size // total
             yield part
-    except QuicackError as e:
-        raise QuicackError(e.message, e.path, _decompressed(e.position)) from None
     finally:
         if hasattr(slices, "close"):
             slices.close()
@@ -746,17 +744,13 @@ def _complete_elements(window: bytes) -> tuple[int | None, bool]:
     """Where the last complete element of ``window`` ends (the window begins at an element; None
     if it holds none), and whether the array is closed after it: its brackets walked, strings
     skipped."""
-    depth, last = 0, None
-    for m in _TOKEN.finditer(window):
-        tok = m.group()
-        if tok in (b"[", b"{"):
-            depth += 1
-        elif tok in (b"]", b"}"):
-            depth -= 1
-            if depth == 0:
+    last = None
+    try:
+        for m, stack in _tokens(window):
+            if not stack and m.group() in (b"]", b"}"):
                 last = m.end()
-            elif depth < 0:
-                return last, True
+    except _Irregular:  # the array's own ']'
+        return last, True
     return last, False
 
 
@@ -799,7 +793,7 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
                     return
                 window = window[:last]
             if final and not window.strip():  # (a cut is made only where another element follows)
-                raise QuicackError("malformed events array: a comma before its end", source.name, f"byte {cur}")
+                raise QuicackError("malformed events array: a comma before its end", source.name, f"{source.unit} {cur}")
             if final:
                 cuts = [len(window)]
             else:
@@ -809,10 +803,10 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             del window  # (the slice is read from its file: not held while staged and normalized)
             found = _staged_cut(source, candidates, side, index, source.size if final else cur)
             if found is None and final:
-                raise QuicackError("malformed events array", source.name, f"byte {cur}")
+                raise QuicackError("malformed events array", source.name, f"{source.unit} {cur}")
             if found is None:
                 if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
-                    raise QuicackError(f"no event boundary within {want >> 20} MB", source.name, f"byte {cur}")
+                    raise QuicackError(f"no event boundary within {want >> 20} MB", source.name, f"{source.unit} {cur}")
                 want *= 2
                 continue
             cut, part = found
