@@ -7,7 +7,11 @@ packets — the first server Initial carrying an ACK frame and the first carryin
 their order, using a small table of rules (:data:`RULES`) over the facts it gathered
 (:class:`Facts`).  ``iack`` means the ACK came first, ``wfc`` that both are the same packet
 (ReACKed QUICer, IMC 2024).  Retry and Version Negotiation restart the handshake: the rules look
-at the attempt after the last one and say so in the notes.  Pure: packets in, result out.
+at the attempt after the last one and say so in the notes.  So does a HelloRetryRequest: it is a
+ServerHello message (RFC 8446 §4.1.4), sent at once without a certificate, and the client answers
+it with a second ClientHello — new bytes on its Initial crypto stream after the server's offset
+0, which no handshake without one has.  The round after it (the ACK of the second ClientHello,
+the real ServerHello) is classified.  Pure: packets in, result out.
 
 Producers that do not log CRYPTO frames (quant) are handled by packet size: the first server
 Initial of at least :data:`SERVER_HELLO_MIN_BYTES` bytes is taken as the ServerHello, and the
@@ -181,16 +185,21 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
     crypto_logged = any(f.frame_type == "crypto" for p in packets for f in p.frames)
 
     server_initials = [p for p in attempt if p.sender == "server" and p.packet_type == "initial"]
-    ack = next((p for p in server_initials if p.has("ack")), None)
-    if crypto_logged:
-        sh = next((p for p in server_initials if _carries_server_hello(p)), None)
-    else:
-        sh = next((p for p in server_initials
-                   if p.size_bytes is not None and p.size_bytes >= SERVER_HELLO_MIN_BYTES), None)
-        if sh is not None:
-            notes.append("server_hello_by_size")
-
     client_initials = [p for p in attempt if p.sender == "client" and p.packet_type == "initial"]
+    second_hello = _second_clienthello(attempt) if crypto_logged else None
+    if second_hello is not None:
+        notes.append("after_hello_retry_request")
+        ack, sh, client_initials = _round_after(attempt, second_hello)
+    else:
+        ack = next((p for p in server_initials if p.has("ack")), None)
+        if crypto_logged:
+            sh = next((p for p in server_initials if _carries_server_hello(p)), None)
+        else:
+            sh = next((p for p in server_initials
+                       if p.size_bytes is not None and p.size_bytes >= SERVER_HELLO_MIN_BYTES), None)
+            if sh is not None:
+                notes.append("server_hello_by_size")
+
     ch_packets = _clienthello_packets(client_initials, before=sh)
     partial = _partial_clienthello(ch_packets, ack)
     # (after a restart that led nowhere, the client's Initials before it are another attempt)
@@ -284,6 +293,53 @@ def _carries_server_hello(p: Packet) -> bool:
     # The ServerHello is the first message of the server's Initial crypto stream (RFC 9001
     # §4.1.3), so a CRYPTO frame at offset 0 in a server Initial carries (the start of) it.
     return any(f.frame_type == "crypto" and (f.offset_bytes or 0) == 0 for f in p.frames)
+
+
+def _second_clienthello(attempt: list[Packet]) -> int | None:
+    """The position in ``attempt`` of the first client Initial carrying a second ClientHello:
+    Initial crypto bytes the client had not sent before, after a server Initial carried offset 0.
+
+    RFC 8446 §4.1.4: "If a client receives a HelloRetryRequest ... the client MUST respond with
+    ... ClientHello".  The client's Initial crypto stream holds nothing but ClientHellos (its
+    Finished goes in Handshake packets), and the server can send its first message only once
+    the whole ClientHello arrived: new client bytes after it are a second ClientHello."""
+    sent: list[tuple[int, int]] = []
+    answered = False
+    for i, p in enumerate(attempt):
+        if p.packet_type != "initial":
+            continue
+        if p.sender == "server":
+            answered = answered or _carries_server_hello(p)
+        elif p.sender == "client":
+            ranges = _crypto_ranges(p)
+            # (beyond every byte sent before: a piece of the first the trace missed is not it)
+            if answered and sent and any(low >= max(high for _, high in sent) for low, _ in ranges):
+                return i
+            sent.extend(ranges)
+    return None
+
+
+def _round_after(attempt: list[Packet], second: int) -> tuple[Packet | None, Packet | None, list[Packet]]:
+    """The first ACK of the second ClientHello, the real ServerHello (server Initial crypto bytes
+    no server Initial before the second ClientHello carried) and the client Initials from the
+    second ClientHello on.  A server ACK that acknowledges no Initial of the second ClientHello
+    (a late one of the first) is not its answer; without packet numbers any ACK after it is."""
+    before, after = attempt[:second], attempt[second:]
+    client_initials = [p for p in after if p.sender == "client" and p.packet_type == "initial"]
+    numbers = [p.packet_number for p in client_initials if p.packet_number is not None]
+    server_sent = [r for p in before if p.sender == "server" and p.packet_type == "initial"
+                   for r in _crypto_ranges(p)]
+    ack = sh = None
+    for p in after:
+        if p.sender != "server" or p.packet_type != "initial":
+            continue
+        frame = p.first("ack")
+        if ack is None and frame is not None and (
+                not numbers or not frame.acked_ranges or any(_acknowledges(frame, n) for n in numbers)):
+            ack = p
+        if sh is None and any(not _covered(server_sent, low, high) for low, high in _crypto_ranges(p)):
+            sh = p
+    return ack, sh, client_initials
 
 
 def _crypto_ranges(p: Packet) -> list[tuple[int, int]]:

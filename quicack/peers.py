@@ -418,13 +418,15 @@ def stop(run: RunningPeer, timeout_s: float = 5.0) -> int | None:
 @contextmanager
 def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
           port: int | None = None, startup_timeout_s: float = 20.0,
-          progress: Progress | None = None, env: dict[str, str] | None = None) -> Iterator[RunningPeer]:
+          progress: Progress | None = None, env: dict[str, str] | None = None,
+          args: tuple[str, ...] = ()) -> Iterator[RunningPeer]:
     """Prepare (install/build), then run peer ``name`` on ``host``:``port`` until the block ends.
 
     ``workdir`` (default: a new temporary folder, kept afterwards) receives the certificate, the
     served files (``htdocs/``), the server's own qlog (``qlog/``) and its output (``server.log``).
     ``env`` adds to or overrides the peer's environment (e.g. ``QUIC_GO_DISABLE_GSO=false`` to
-    see GSO at work).  Raises QuicackError naming the log when the peer exits or does not bind
+    see GSO at work); ``args`` adds to its command line (e.g. ``("-curves", "P384")`` for the
+    quic-go peer).  Raises QuicackError naming the log when the peer exits or does not bind
     its port in time.
     """
     p = peer(name)
@@ -438,6 +440,7 @@ def start(name: str, workdir: str | Path | None = None, host: str = "127.0.0.1",
         qlog_dir.mkdir(exist_ok=True)
     port = port or free_port(host)
     cmd, peer_env = _command(p, binary, host, port, cert, key, htdocs, qlog_dir, run_dir)
+    cmd += list(args)
     log = run_dir / "server.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, cwd=run_dir, env={**peer_env, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,

@@ -296,14 +296,16 @@ def test_the_handshake_completes_with_the_clients_finished_not_its_first_handsha
 
 def test_after_a_hello_retry_request_the_second_clienthello_is_not_a_part_of_the_first():
     # HelloRetryRequest (RFC 8446 §4.1.4) is the first message of the server's crypto stream;
-    # ClientHello packets are counted up to it, so the second ClientHello (at a later offset of
-    # the client's stream) does not make the first ACK acknowledge "part" of a ClientHello
+    # the second ClientHello (at a later offset of the client's stream) starts the round that is
+    # classified, and ClientHello packets are counted in it: one, not a "part" of the first
+    # (the first round, an ACK before the HelloRetryRequest, would have read iack)
     tr = Trace().add(0, "client", "initial", 0, CH).add(10, "server", "initial", 0, ack_of((0, 0)))
     tr.add(12, "server", "initial", 1, Frame("crypto", offset_bytes=0, length_bytes=88))  # the HRR
     tr.add(20, "client", "initial", 1, ack_of((0, 1)), Frame("crypto", offset_bytes=300, length_bytes=300))
     tr.add(40, "server", "initial", 2, ack_of((0, 1)), Frame("crypto", offset_bytes=88, length_bytes=90)).finish(50)
     h = classify(tr.packets)
-    assert (h.handshake_class, h.reason, h.clienthello_packets) == ("iack", "instant_ack", 1)
+    assert (h.handshake_class, h.reason, h.clienthello_packets) == ("wfc", "ack_with_server_hello", 1)
+    assert h.notes == ("after_hello_retry_request",) and h.server_hello_time_ms == 40
 
 
 # --- bugs the audit found (fixed) --------------------------------------------------------------

@@ -1,15 +1,24 @@
-// Minimal HTTP/3 server on quic-go, used by quicack as a real test peer.
+// Minimal HTTP/3 server on quic-go, used by quicack as a real test peer (and, with -get, a
+// minimal client).
 //
 // Serves the files of -www over HTTP/3 (/ is index.html). With QLOGDIR set, quic-go's own
-// qlog.DefaultConnectionTracer writes <odcid>_server.sqlog per connection. Set
+// qlog.DefaultConnectionTracer writes <odcid>_server.sqlog per connection. -curves restricts the
+// TLS key exchange groups (in Go's fixed order of preference): a server limited to a group the
+// client supports but sent no key share for answers with a HelloRetryRequest.
+//
+// With -get URL it is a client instead: it fetches URL over HTTP/3 (trusting -ca), prints the
+// status and the body's length, writes <odcid>_client.sqlog under QLOGDIR and exits; its Go
+// TLS stack sends a key share for its first group only. Set
 // QUIC_GO_DISABLE_GSO=true so captures on loopback see one QUIC datagram per frame (quicack
 // KNOWLEDGE §5). Prints "listening on ADDR" once the socket is bound; on SIGTERM/SIGINT it
 // closes every connection (which ends and flushes their qlog traces) and exits.
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -28,7 +37,19 @@ func main() {
 	cert := flag.String("cert", "", "TLS certificate (PEM)")
 	key := flag.String("key", "", "TLS private key (PEM)")
 	www := flag.String("www", ".", "folder to serve")
+	curves := flag.String("curves", "", "TLS key exchange groups, e.g. X25519,P384 (default: Go's)")
+	get := flag.String("get", "", "client mode: fetch this https:// URL over HTTP/3, then exit")
+	ca := flag.String("ca", "", "client mode: the certificate (PEM) to trust")
 	flag.Parse()
+	if *get != "" {
+		if *ca == "" {
+			log.Fatal("usage: quic-go-h3-server -get URL -ca PEM [-curves LIST]")
+		}
+		if err := fetch(*get, *ca, mustCurves(*curves)); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *cert == "" || *key == "" {
 		log.Fatal("usage: quic-go-h3-server -addr IP:PORT -cert PEM -key PEM -www DIR")
 	}
@@ -50,7 +71,7 @@ func main() {
 	}
 	server := http3.Server{
 		Handler:   mux,
-		TLSConfig: http3.ConfigureTLSConfig(mustTLS(*cert, *key)),
+		TLSConfig: http3.ConfigureTLSConfig(withCurves(mustTLS(*cert, *key), mustCurves(*curves))),
 		QUICConfig: &quic.Config{
 			Tracer:         qlog.DefaultConnectionTracer,
 			MaxIdleTimeout: 30 * time.Second,
@@ -72,4 +93,34 @@ func main() {
 		log.Fatal(err)
 	}
 	select {} // closed by the signal handler, which exits once the qlog writers had time
+}
+
+func withCurves(c *tls.Config, curves []tls.CurveID) *tls.Config {
+	c.CurvePreferences = curves
+	return c
+}
+
+// fetch GETs url over HTTP/3 and prints "STATUS N bytes".
+func fetch(url, caFile string, curves []tls.CurveID) error {
+	tr := &http3.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: mustRoots(caFile), CurvePreferences: curves,
+			MinVersion: tls.VersionTLS13},
+		QUICConfig: &quic.Config{Tracer: qlog.DefaultConnectionTracer, MaxIdleTimeout: 30 * time.Second},
+	}
+	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		tr.Close()
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	tr.Close()
+	// The qlog writer runs in a goroutine of its own: give it time to flush.
+	time.Sleep(300 * time.Millisecond)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %d bytes\n", resp.Status, len(body))
+	return nil
 }
