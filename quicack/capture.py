@@ -22,9 +22,8 @@ granularity, and the store tables filled (:func:`normalize`):
    lower port); rows follow the qlog network convention with ``flow = 'client'``: client
    packets are ``sent``, server packets ``received``.
 
-RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the power
-of the ack_delay_exponent transport parameter sent by the sender of the ACK frame"; §18.2: the
-default is 3.  Initial packets are sent before any transport parameter is known: exponent 3.
+ACK delays are decoded by :mod:`quicack.ackdelay` (RFC 9000 §19.3: 2 to the power of the sender's
+ack_delay_exponent; 3 in Initial packets, sent before any transport parameter is known).
 
 UDP GSO: a sender that hands the kernel one buffer of several equal-size datagrams is captured on
 loopback as one "super-frame".  tshark can split the long-header packets by their Length field
@@ -40,6 +39,7 @@ import time
 
 import duckdb
 
+from .ackdelay import decoded_ms_sql
 from .model import QuicackError
 from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
 
@@ -716,11 +716,9 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
         JOIN cstart USING (connection_id)
         WHERE nth = 1""")
 
-    con.execute("""INSERT INTO frames
+    con.execute(f"""INSERT INTO frames
         SELECT p.connection_id, p.event_index, f.position, f.frame_type,
-               CASE WHEN f.frame_type = 'ack' THEN f.ack_delay_raw
-                    * pow(2, CASE WHEN f.packet_type = 'initial' THEN 3
-                                  ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0 END,
+               CASE WHEN f.frame_type = 'ack' THEN {decoded_ms_sql("f.ack_delay_raw", "tp.ack_delay_exponent", "f.packet_type")} END,
                f.ack_delay_raw, f.largest, f.ranges, f.ecn_ce, f.offset_bytes, f.length_bytes,
                f.stream_id, f.fin, f.sequence_number, f.ack_eliciting_threshold,
                f.request_max_ack_delay_ms, NULL, f.details

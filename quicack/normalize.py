@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import qlog
+from .ackdelay import decoded_ms_sql, exponent_sql
 from .model import QuicackError, TraceInfo
 from .rows import insert as insert_rows
 from .sqltext import quote
@@ -405,9 +406,8 @@ class Normalizer:
                 WHERE conn.connection_id = r.connection_id""")
 
     def _frames(self, t: TraceInfo, packet_names: list[str]) -> None:
-        # RFC 9000 §19.3: "ACK Delay: ... decoded by multiplying the value in the field by 2 to the
-        # power of the ack_delay_exponent transport parameter sent by the sender of the ACK frame".
-        # The first server ACK (Initial) arrives before any transport parameter: default exponent 3.
+        # RFC 9000 §19.3, quicack.ackdelay: 2 to the power of the sender's ack_delay_exponent; 3 in
+        # Initial packets (before any transport parameter) and when none was announced.
         value = "TRY_CAST(coalesce(f.ack_delay, f.\"frame_type.ack.ack_delay\") AS DOUBLE)"
         tp_join = ""
         if t.ack_delay_encoding.value == "ms":
@@ -416,8 +416,7 @@ class Normalizer:
         elif t.ack_delay_encoding.value == "us":
             decoded = f"{value} / 1000.0"
         else:
-            decoded = (f"{value} * pow(2, CASE WHEN p.packet_type = 'initial' THEN 3 "
-                       "ELSE coalesce(tp.ack_delay_exponent, 3) END) / 1000.0")
+            decoded = decoded_ms_sql(value, "tp.ack_delay_exponent", "p.packet_type")
             tp_join = f"""JOIN slice_datagrams p USING (connection_id, event_index)
                           LEFT JOIN ({_TP_EXPONENT}) tp
                           ON tp.connection_id = ft.connection_id AND tp.endpoint = p.sender"""
@@ -590,8 +589,7 @@ class Normalizer:
         if any(self.slices.get(t.trace_index, 0) > 1 and t.ack_delay_encoding.value == "raw" for t in self.traces):
             con.execute(f"""UPDATE frames SET ack_delay_ms = frames.ack_delay_raw * pow(2, x.exponent) / 1000.0
                 FROM (SELECT f.connection_id, f.event_index, f.position,
-                             CASE WHEN p.packet_type = 'initial' THEN 3 ELSE coalesce(tp.ack_delay_exponent, 3) END
-                                 AS exponent
+                             {exponent_sql("tp.ack_delay_exponent", "p.packet_type")} AS exponent
                       FROM frames f JOIN packets p USING (connection_id, event_index)
                       JOIN conn c ON c.connection_id = f.connection_id
                       JOIN tr ON tr.trace_index = c.trace_index AND tr.ack_delay_encoding = 'raw'

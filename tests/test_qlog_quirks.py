@@ -76,6 +76,26 @@ def test_neqo_raw_ack_delay_uses_the_senders_exponent_after_the_handshake(store,
                    {"packet_type": "1RTT", "ack_delay_ms": pytest.approx(3.2)}]
 
 
+@pytest.mark.parametrize("exponent, expected_ms", [(20, 100 * 2 ** 20 / 1000), (21, None), (-1, None)])
+def test_raw_ack_delay_with_an_invalid_exponent_is_left_undecoded(store, tmp_path, exponent, expected_ms):
+    # RFC 9000 §18.2: "Values above 20 are invalid." (and a varint is never negative): the
+    # sender's scaling is unknown, so the 1-RTT delay stays NULL beside its raw field; the
+    # Initial ACK, sent before any transport parameter, still uses 3; the parameter is kept as logged
+    header = {"qlog_format": "JSON-SEQ", "qlog_version": "0.3",
+              "trace": {"vantage_point": {"name": "neqo-Client", "type": "client"}}}
+    events = [
+        {"time": 1.0, "name": "transport:parameters_set", "data": {"owner": "remote", "ack_delay_exponent": exponent}},
+        _ack_packet("transport:packet_received", "initial", 0, ack_delay=100),
+        _ack_packet("transport:packet_received", "1RTT", 0, ack_delay=100),
+    ]
+    store.ingest(write_seq(tmp_path / "neqo.sqlog", header, events))
+    got = rows(store, """SELECT p.packet_type, f.ack_delay_ms, f.ack_delay_raw FROM frames f JOIN packets p
+                         USING (connection_id, event_index) ORDER BY p.event_index""")
+    assert got == [{"packet_type": "initial", "ack_delay_ms": pytest.approx(0.8), "ack_delay_raw": 100},
+                   {"packet_type": "1RTT", "ack_delay_ms": pytest.approx(expected_ms), "ack_delay_raw": 100}]
+    assert rows(store, "SELECT ack_delay_exponent FROM transport_parameters") == [{"ack_delay_exponent": exponent}]
+
+
 def test_mvfst_metric_update_and_microsecond_ack_delay(store, tmp_path):
     doc = {"qlog_version": "draft-00", "title": "mvfst", "traces": [{
         "vantage_point": {"type": "server"}, "common_fields": {"reference_time": "1600000000000"},

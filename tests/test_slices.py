@@ -151,22 +151,25 @@ def test_an_event_earlier_than_the_first_slice_shifts_the_connection_times(tmp_p
     assert got["connections"][0][12] == len(events)
 
 
-def test_a_raw_ack_delay_is_decoded_with_an_exponent_logged_in_a_later_slice(tmp_path, monkeypatch):
+@pytest.mark.parametrize("exponent, expected_ms", [(5, 3.2), (21, None)])
+def test_a_raw_ack_delay_is_decoded_with_an_exponent_logged_in_a_later_slice(tmp_path, monkeypatch,
+                                                                             exponent, expected_ms):
     # neqo logs the encoded ACK Delay; the server's exponent (5) is logged only at the end of the
     # file, after the ACKs: a 1-RTT ACK's delay is 100 * 2^5 µs whether or not it shares a slice.
+    # An invalid exponent (RFC 9000 §18.2: above 20) leaves every one undecoded, as in one slice.
     events = [{"time": float(i), "name": "transport:packet_received",
                "data": {"header": {"packet_type": "1RTT", "packet_number": i},
                         "frames": [{"frame_type": "ack", "ack_delay": 100, "acked_ranges": [[0, i]]}]}}
               for i in range(20)]
     events.append({"time": 30.0, "name": "transport:parameters_set",
-                   "data": {"owner": "remote", "ack_delay_exponent": 5}})
+                   "data": {"owner": "remote", "ack_delay_exponent": exponent}})
     path = write_seq(tmp_path / "neqo.sqlog", SEQ_HEADER, events)
     assert_same_rows_in_slices(path, tmp_path, monkeypatch, 500)
     monkeypatch.setattr(reader, "SLICE_BYTES", 500)
     with Store(tmp_path / "check.duckdb") as store:
         store.ingest(path)
         delays = rows(store, "SELECT DISTINCT ack_delay_ms, ack_delay_raw FROM frames")
-    assert delays == [{"ack_delay_ms": pytest.approx(3.2), "ack_delay_raw": 100}]
+    assert delays == [{"ack_delay_ms": pytest.approx(expected_ms), "ack_delay_raw": 100}]
 
 
 _ODCID_CANDIDATES = {
