@@ -1,5 +1,7 @@
 """A real HelloRetryRequest: the quic-go peer as server (only P-384 allowed) and as client (Go's
 TLS sends one key share, X25519, though it supports P-384 too), so the server must ask again.
+Three views of each exchange: the client's qlog, the server's qlog and a loopback capture
+(dumpcap, decrypted with the client's key log).
 
 What the files show (read here with plain json, not quicack): the server's first Initial carries
 its ACK and the HelloRetryRequest at crypto offset 0; the client's next Initial carries a second
@@ -18,25 +20,32 @@ from pathlib import Path
 
 import pytest
 
-from quicack import Store, peers
+from quicack import Store, dumpcap, peers
 
 
-def _exchange(workdir: Path, server_curves: str | None, client_curves: str | None) -> list[Path]:
-    """One GET from the quic-go client to the quic-go server; both sides' qlog files."""
+def _exchange(workdir: Path, server_curves: str | None, client_curves: str | None) -> tuple[list[Path], Path, Path]:
+    """One GET from the quic-go client to the quic-go server: both sides' qlog files, the capture
+    and the client's key log."""
     args = ("-curves", server_curves) if server_curves else ()
     client_qlog = workdir / "client-qlog"
     client_qlog.mkdir(parents=True)
+    pcap, keylog = workdir / "exchange.pcapng", workdir / "keylog.txt"
     with peers.start("quic-go", workdir / "server", args=args) as run:
-        cmd = [str(peers.prepare("quic-go").binary), "-get", f"https://127.0.0.1:{run.port}/", "-ca", str(run.cert)]
+        cmd = [str(peers.prepare("quic-go").binary), "-get", f"https://127.0.0.1:{run.port}/", "-ca", str(run.cert),
+               "-keylog", str(keylog)]
         if client_curves:
             cmd += ["-curves", client_curves]
-        done = subprocess.run(cmd, env={**os.environ, "QLOGDIR": str(client_qlog)}, capture_output=True,
-                              text=True, timeout=60)
+        capture = dumpcap.start(pcap, {run.port})
+        try:
+            done = subprocess.run(cmd, env={**os.environ, "QLOGDIR": str(client_qlog)}, capture_output=True,
+                                  text=True, timeout=60)
+        finally:
+            capture.stop()
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("200 OK")
     files = sorted(client_qlog.glob("*_client.sqlog")) + sorted(run.qlog_dir.glob("*_server.sqlog"))
     assert len(files) == 2, files
-    return files
+    return files, pcap, keylog
 
 
 def _initials(path: Path) -> list[dict]:
@@ -70,14 +79,15 @@ def _clienthellos(initials: list[dict]) -> tuple[int, list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def exchanges(tmp_path_factory):
+def exchanges(tmp_path_factory, tshark):
     root = tmp_path_factory.mktemp("hrr")
     out = {}
     for name, server, client in (("hrr", "P384", "X25519,P384"), ("plain", None, None)):
-        files = _exchange(root / name, server, client)
+        files, pcap, keylog = _exchange(root / name, server, client)
         store = Store(root / f"{name}.duckdb")
         for f in files:
             assert store.ingest(f).status == "ingested"
+        assert store.ingest(pcap, keylog=keylog).status == "ingested"
         out[name] = (files, store)
     yield out
     for _, store in out.values():
@@ -103,7 +113,7 @@ def test_the_server_asked_again(exchanges):
 def test_classification_takes_the_serverhello_after_the_hello_retry_request(exchanges):
     files, store = exchanges["hrr"]
     got = _classified(store)
-    assert set(got) == {"client", "server"}
+    assert set(got) == {"client", "server", "network"}
     for path in files:
         initials = _initials(path)
         server = [p for p in initials if p["sender"] == "server"]
@@ -120,6 +130,9 @@ def test_classification_takes_the_serverhello_after_the_hello_retry_request(exch
         # quic-go puts its ACK into the ServerHello's packet: wfc in the second round too
         expected = "wfc" if answer["pn"] == real["pn"] else "iack"
         assert row["handshake_class"] == expected
+    # the capture sees the packets the client's qlog logs (one connection, no loss on loopback)
+    client = got["client"]
+    assert {k: got["network"][k] for k in client if k != "vantage"} == {k: v for k, v in client.items() if k != "vantage"}
 
 
 def test_control_without_a_hello_retry_request(exchanges):
@@ -132,3 +145,4 @@ def test_control_without_a_hello_retry_request(exchanges):
         row = got[json.loads(path.read_text().split("\x1e")[1])["trace"]["vantage_point"]["type"]]
         assert row["handshake_notes"] == [] and row["server_hello_pn"] == sh["pn"]
         assert (row["handshake_class"], row["handshake_reason"]) == ("wfc", "ack_with_server_hello")
+    assert got["network"]["handshake_notes"] == [] and got["network"]["server_hello_pn"] == got["client"]["server_hello_pn"]

@@ -7,7 +7,8 @@
 // client supports but sent no key share for answers with a HelloRetryRequest.
 //
 // With -get URL it is a client instead: it fetches URL over HTTP/3 (trusting -ca), prints the
-// status and the body's length, writes <odcid>_client.sqlog under QLOGDIR and exits; its Go
+// status and the body's length, writes <odcid>_client.sqlog under QLOGDIR (and its TLS secrets
+// to -keylog) and exits; its Go
 // TLS stack sends a key share for its first group only. Set
 // QUIC_GO_DISABLE_GSO=true so captures on loopback see one QUIC datagram per frame (quicack
 // KNOWLEDGE §5). Prints "listening on ADDR" once the socket is bound; on SIGTERM/SIGINT it
@@ -40,12 +41,13 @@ func main() {
 	curves := flag.String("curves", "", "TLS key exchange groups, e.g. X25519,P384 (default: Go's)")
 	get := flag.String("get", "", "client mode: fetch this https:// URL over HTTP/3, then exit")
 	ca := flag.String("ca", "", "client mode: the certificate (PEM) to trust")
+	keylog := flag.String("keylog", "", "client mode: append the TLS secrets to this file (NSS key log)")
 	flag.Parse()
 	if *get != "" {
 		if *ca == "" {
-			log.Fatal("usage: quic-go-h3-server -get URL -ca PEM [-curves LIST]")
+			log.Fatal("usage: quic-go-h3-server -get URL -ca PEM [-curves LIST] [-keylog FILE]")
 		}
-		if err := fetch(*get, *ca, mustCurves(*curves)); err != nil {
+		if err := fetch(*get, *ca, mustCurves(*curves), *keylog); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -101,11 +103,19 @@ func withCurves(c *tls.Config, curves []tls.CurveID) *tls.Config {
 }
 
 // fetch GETs url over HTTP/3 and prints "STATUS N bytes".
-func fetch(url, caFile string, curves []tls.CurveID) error {
+func fetch(url, caFile string, curves []tls.CurveID, keylog string) error {
+	config := &tls.Config{RootCAs: mustRoots(caFile), CurvePreferences: curves, MinVersion: tls.VersionTLS13}
+	if keylog != "" {
+		f, err := os.OpenFile(keylog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		config.KeyLogWriter = f
+	}
 	tr := &http3.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: mustRoots(caFile), CurvePreferences: curves,
-			MinVersion: tls.VersionTLS13},
-		QUICConfig: &quic.Config{Tracer: qlog.DefaultConnectionTracer, MaxIdleTimeout: 30 * time.Second},
+		TLSClientConfig: config,
+		QUICConfig:      &quic.Config{Tracer: qlog.DefaultConnectionTracer, MaxIdleTimeout: 30 * time.Second},
 	}
 	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 	resp, err := client.Get(url)
