@@ -18,7 +18,14 @@ quicack code involved):
   ``[119, PACKET_RX Initial pn 1 ACK largest 0 ack_delay 3060]``: ServerHello before the ACK, the
   same millisecond; 3060 × 2^3 µs = 24.48 ms.
 * pcap2qlog draft-02 ``ngtcp2-29-dsb.qlog``: trace 0 ends with the server's Retry; trace 1's first
-  server Initial (pn 0) holds ``ack`` and ``crypto`` offset 0.
+  server Initial (pn 0) holds ``ack`` and ``crypto`` offset 0 — a HelloRetryRequest, as the capture
+  it was made from shows (``tshark -r ngtcp2-29-dsb.pcapng -T fields -e frame.number -e
+  frame.time_relative -e quic.packet_number -e quic.ack.largest_acknowledged -e quic.crypto.offset
+  -e tls.handshake.type``, its Decryption Secrets Block decrypts it): frame 1 the ClientHello (key
+  share secp256r1), 2 the Retry, 3 the ClientHello again, 4 server Initial pn 0 ACK 1 + handshake
+  type 2 at offset 0 (the HelloRetryRequest), 5 client Initial pn 2 with a second ClientHello at
+  offset 301 (x25519), 6 (13.657144 ms) server Initial pn 1 ACK 2 + the ServerHello at
+  offset 56, coalesced with the Handshake packet.
 """
 
 from __future__ import annotations
@@ -115,7 +122,17 @@ def test_pcap2qlog_serverhello_before_ack_with_a_raw_ack_delay(store):
 def test_retry_trace_and_the_retried_connection(store):
     first, second = one(store, PCAP2QLOG / "draft-02/ngtcp2-29-dsb.qlog")
     assert (first["handshake_class"], first["handshake_reason"]) == ("retry", "retry_without_handshake")
-    assert second["handshake_class"] == "wfc"
+    # the round after the HelloRetryRequest: the ACK of the second ClientHello (pn 2) comes with
+    # the ServerHello in server Initial pn 1
+    assert (second["handshake_class"], second["handshake_notes"]) == ("wfc", ["after_hello_retry_request"])
+    assert (second["first_ack_packet_number"], second["first_ack_largest_acknowledged"]) == (1, 2)
+
+
+def test_retry_then_hello_retry_request_in_the_capture(store):
+    (c,) = one(store, PCAP2QLOG / "draft-02/ngtcp2-29-dsb.pcapng")
+    assert (c["handshake_class"], c["handshake_notes"]) == ("wfc", ["after_retry", "after_hello_retry_request"])
+    assert (c["first_ack_packet_number"], c["first_ack_largest_acknowledged"]) == (1, 2)
+    assert c["server_hello_ms"] == pytest.approx(13.657144) and c["ack_sh_gap_ms"] == 0.0
 
 
 @pytest.mark.parametrize("name", ["ack_range", "multi_stream", "new_cid", "ngtcp2_test", "spin_bit"])
