@@ -603,8 +603,15 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
             return found
     try:
         with open(path, "rb") as f, con.cursor() as side:
-            skeleton, plan = _plan_json(source, f, size, side)
-        doc = orjson.loads(_without_bom(skeleton))
+            skeleton, plan = _plan_json(source, f, size, side, cut_short=True)
+        cut_short = bool(source.warnings)  # the file ended inside its last events array
+        if (ends_open and not cut_short) or (cut_short and not any(parts for parts, _ in plan)):
+            # cut short outside the last events array, or before any complete event: the
+            # salvage of the whole document says what it can keep, or where it fails
+            raise _Irregular("cut short")
+        doc = _closed(skeleton) if cut_short else orjson.loads(_without_bom(skeleton))
+        if doc is None:
+            raise _Irregular("the document does not close")
         version = qlog.generation(doc)
         trace_docs = qlog.traces_of(doc)
     except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
@@ -785,10 +792,11 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
             window = f.read(min(want, end - cur))
             final = cur + len(window) >= end
             if final and cut_short:
-                last, closed = _complete_elements(window)
-                if not closed:
-                    source.warnings.append(f"{source.name}: JSON cut short at {source.unit} {source.size}; kept every "
-                                           f"complete event up to {source.unit} {cur if last is None else cur + last}")
+                # (the file ends inside the array, or after it closed but before the document
+                # did: cut short either way)
+                last, _ = _complete_elements(window)
+                source.warnings.append(f"{source.name}: JSON cut short at {source.unit} {source.size}; kept every "
+                                       f"complete event up to {source.unit} {cur if last is None else cur + last}")
                 if last is None:
                     return
                 window = window[:last]
@@ -904,12 +912,15 @@ class _Batch:
         self.members, self.bodies, self.size, self.done = [], [], 0, 0
 
 
-def _plan_json(source: Source, f, size: int, side) -> tuple[bytes, list]:
+def _plan_json(source: Source, f, size: int, side, cut_short: bool = False) -> tuple[bytes, list]:
     """One pass over the document: the skeleton (document with empty events arrays) and, per
-    events array, its slices as (temporary file, end offset) plus its first event."""
+    events array, its slices as (temporary file, end offset) plus its first event.  ``cut_short``:
+    the file may end inside its last events array (:func:`_cut_array`, which then warns); the
+    skeleton then ends open."""
     skeleton: list[bytes] = []
     plan = []
     pos = 0
+    kept = None  # where the last event of the arrays so far ends
     while True:
         m = _search(f, _EVENTS_KEY, pos, size)
         if m is None:
@@ -919,8 +930,10 @@ def _plan_json(source: Source, f, size: int, side) -> tuple[bytes, list]:
         start, end = m
         f.seek(pos)
         skeleton.append(f.read(end - pos))
-        parts, first, close = _cut_array(source, f, end, size, side)
+        parts, first, close = _cut_array(source, f, end, size, side, cut_short, kept)
         plan.append((parts, first))
+        if parts:
+            kept = _element_end(f, parts[-1][1])
         pos = close  # the ']' closing the array goes into the skeleton
 
 
@@ -939,10 +952,21 @@ def _search(f, pattern: re.Pattern, pos: int, size: int) -> tuple[int, int] | No
     return None
 
 
-def _cut_array(source: Source, f, start: int, size: int, side):
+def _element_end(f, cut: int) -> int:
+    """Where the element before the cut at ``cut`` (its ',' or ']') ends."""
+    f.seek(max(0, cut - 256))
+    before = f.read(cut - max(0, cut - 256))
+    return cut - (len(before) - len(before.rstrip()))
+
+
+def _cut_array(source: Source, f, start: int, size: int, side, cut_short: bool = False,
+               kept: int | None = None):
     """Cut the events array whose elements begin at ``start`` into checked slices.
 
     Returns ([(temporary file, end offset, events)], first event or None, offset of the closing ']').
+    ``cut_short``: if the file ends inside the array, its complete elements are kept, with a
+    warning (as :func:`_lazy_cuts` does), and the end of the file stands for the ']'; ``kept``:
+    where the last event of earlier arrays ends, for the warning when this one has none.
     """
     parts: list[tuple[str, int]] = []
     first = None
@@ -966,6 +990,20 @@ def _cut_array(source: Source, f, start: int, size: int, side):
                 following = _search(f, _EVENTS_KEY, bound + 1, size)
                 bound = following[0] if following else size
                 continue
+            ends_inside = False
+            if found is None and cut_short:
+                last, closed = _complete_elements(window)
+                if not closed:
+                    ends_inside = True
+                    if last is None:
+                        last_end = parts and _element_end(f, parts[-1][1]) or kept or cur
+                    else:
+                        last_end = cur + last
+                    source.warnings.append(f"{source.name}: JSON cut short at {source.unit} {source.size}; kept every "
+                                           f"complete event up to {source.unit} {last_end}")
+                    if last is None:
+                        return parts, first, size
+                    found = _try_cuts(source, window, [last], side)
             if found is None:
                 raise _Irregular("no end of the events array")
             cut, tmp, n = found
@@ -974,7 +1012,7 @@ def _cut_array(source: Source, f, start: int, size: int, side):
                 first = first if first is not None else _first_element(side, tmp)
             else:
                 _unlink(tmp)
-            return parts, first, cur + cut
+            return parts, first, size if ends_inside else cur + cut
         tail = window[-(1 << 16):]
         base = len(window) - len(tail)
         found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)], side)
@@ -1090,8 +1128,11 @@ def _salvage(data: bytes):
         for m, stack in _tokens(data):
             tok = m.group()
             while next_events < len(starts) and m.start() >= starts[next_events] - 1:
-                if m.start() == starts[next_events] - 1 and tok == b"[":
-                    events_depth = len(stack)  # (the array's '[' is open now)
+                if (m.start() == starts[next_events] - 1 and tok == b"["
+                        and (events_depth is None or len(stack) <= events_depth)):
+                    # (the array's '[' is open now; an "events" key inside an event, deeper in
+                    # an events array, is the event's own)
+                    events_depth = len(stack)
                 next_events += 1
             if tok in (b"]", b"}") and events_depth is not None and len(stack) == events_depth:
                 cut, cut_stack = m.end(), list(stack)

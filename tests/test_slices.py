@@ -562,20 +562,80 @@ def test_a_json_document_cut_anywhere_in_its_events_is_cut_in_slices_like_its_sa
         results = {}
         for how in ("streamed", "salvaged"):
             with monkeypatch.context() as m:
-                cut_short = []
-                real = reader._open_cut_short
-                m.setattr(reader, "_open_cut_short", (lambda *a: (lambda s: cut_short.append(s) or s)(real(*a)))
-                          if how == "streamed" else (lambda *a: None))
+                whole = []
+                real_whole = reader._open_json_whole
+                m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
+                if how == "salvaged":
+                    m.setattr(reader, "_open_json_streaming", lambda *a: None)
                 with Store(tmp_path / f"{how}{n}.duckdb") as store:
                     result = store.ingest(path)
                     results[how] = (result.status, result.error, result.warnings, snapshot(store) if result.status == "ingested" else None)
-            streamed_ones += how == "streamed" and any(s is not None for s in cut_short)
+            streamed_ones += how == "streamed" and not whole
         assert results["streamed"][:3] == results["salvaged"][:3], cut
         if results["salvaged"][3] is not None:
             for table, expected in results["salvaged"][3].items():
                 if table != "files":
                     assert results["streamed"][3][table] == expected, (cut, table)
     assert streamed_ones >= len(cuts) - 2  # (not the two cuts inside the first event: nothing to keep)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "events-key-in-events"])
+def test_a_json_document_of_several_traces_cut_anywhere_is_cut_in_slices_like_its_salvage(tmp_path, monkeypatch,
+                                                                                          nested):
+    # The same for a document of two traces (a client's and a server's), with or without an
+    # "events" key inside some events: the array the file ends in is cut up to its last
+    # complete event in the up-front pass, the traces before it whole.
+    client, server = _events(40), _events(40)
+    if not nested:
+        for e in client + server:
+            e["data"].pop("nested", None)
+    traces = [{"vantage_point": {"type": "client"}, "common_fields": {"reference_time": 1.7e12}, "events": client},
+              {"vantage_point": {"type": "server"}, "common_fields": {"reference_time": 1.7e12}, "events": server}]
+    raw = orjson.dumps({"qlog_version": "0.3", "traces": traces}, option=orjson.OPT_INDENT_2)
+    first_body = raw.index(b'"events"')
+    second_body = raw.index(b'"events"', raw.index(b'"server"'))
+    cuts = sorted({first_body + 30, second_body - 60, second_body + 30, len(raw) - 40,
+                   *range(first_body + 200, len(raw) - 40, len(raw) // 23)})
+    monkeypatch.setattr(reader, "SLICE_BYTES", 9_000)
+    streamed_ones = 0
+    for n, cut in enumerate(cuts):
+        path = tmp_path / f"cut{n}.qlog"
+        path.write_bytes(raw[:cut])
+        results = {}
+        for how in ("streamed", "salvaged"):
+            with monkeypatch.context() as m:
+                whole = []
+                real_whole = reader._open_json_whole
+                m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
+                if how == "salvaged":
+                    m.setattr(reader, "_open_json_streaming", lambda *a: None)
+                with Store(tmp_path / f"{how}{n}.duckdb") as store:
+                    result = store.ingest(path)
+                    results[how] = (result.status, result.error, result.warnings,
+                                    snapshot(store) if result.status == "ingested" else None)
+            streamed_ones += how == "streamed" and not whole
+        assert results["streamed"][:3] == results["salvaged"][:3], cut
+        if results["salvaged"][3] is not None:
+            for table, expected in results["salvaged"][3].items():
+                if table != "files":
+                    assert results["streamed"][3][table] == expected, (cut, table)
+    assert streamed_ones >= len(cuts) - 3  # (not inside the first event, nor between the traces)
+
+
+def test_the_salvage_keeps_no_part_of_an_event_after_one_that_holds_an_events_key():
+    # An "events" key inside an event (here data.nested.events of the third event) is the
+    # event's own: the salvage of a document cut inside a later event must not take that
+    # event's inner brackets (its ACK ranges, as deep as the nested array's elements) for the
+    # end of a complete event — it kept the cut packet, its frames cut short, as if complete.
+    events = _events(8)
+    assert "nested" in events[2]["data"] and events[3]["data"]["header"]["packet_number"] == 1
+    raw = orjson.dumps({"qlog_version": "0.3", "traces": [{"vantage_point": {"type": "client"},
+                                                          "events": events}]}, option=orjson.OPT_INDENT_2)
+    fourth = raw.index(b'"packet_number": 1,')
+    at = raw.index(b'"frame_type": "crypto"', fourth)  # its ACK frame (and ranges) complete
+    doc, kept = reader._salvage(raw[:at])
+    assert doc["traces"][0]["events"] == events[:3]
+    assert raw[:kept].rstrip().endswith(b"}") and kept < raw.rindex(b'"time"', 0, fourth)
 
 
 def _odd_events() -> list[dict]:
