@@ -19,7 +19,8 @@ from typing import NamedTuple
 #: handshakes: a failed attempt after a restart is that failure, a ClientHello retransmitted with
 #: its CRYPTO frames reordered is one packet, a partial ClientHello needs logged packet numbers.
 #: 5: after a HelloRetryRequest, the round of the second ClientHello is classified; raw ACK
-#: delays of a sender whose ack_delay_exponent is invalid (above 20) are not decoded.
+#: delays of a sender whose ack_delay_exponent is invalid (above 20) are not decoded; a document
+#: cut short keeps no part of an event after one holding an "events" key.
 ANALYSIS_VERSION = 5
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
