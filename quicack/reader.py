@@ -795,8 +795,10 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
                 # (the file ends inside the array, or after it closed but before the document
                 # did: cut short either way)
                 last, _ = _complete_elements(window)
+                # (none in this window: the last one ends before the ',' this window follows)
+                kept = cur + last if last is not None else _element_end(f, cur - 1) if cur > start else cur
                 source.warnings.append(f"{source.name}: JSON cut short at {source.unit} {source.size}; kept every "
-                                       f"complete event up to {source.unit} {cur if last is None else cur + last}")
+                                       f"complete event up to {source.unit} {kept}")
                 if last is None:
                     return
                 window = window[:last]
@@ -1136,6 +1138,8 @@ def _salvage(data: bytes):
                 next_events += 1
             if tok in (b"]", b"}") and events_depth is not None and len(stack) == events_depth:
                 cut, cut_stack = m.end(), list(stack)
+            elif tok == b"]" and events_depth is not None and len(stack) == events_depth - 1:
+                events_depth = None  # the array closed: what follows at its depth is no event
     except _Irregular:
         return None
     if cut is None:
