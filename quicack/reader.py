@@ -268,14 +268,11 @@ def _open_json_gzip(name: str, stream, head: bytes, size: int, con, error: Excep
                 total += len(part)
         stream.close()
         early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
-        if error is None:
-            found = _open_json_streaming(Path(tmp), name, total, con)
-        else:  # the gzip stream ends early: what it decompressed is a document cut short
-            found = _open_cut_short(Path(tmp), name, total, con)
+        # (a gzip stream that ends early mostly leaves a document cut short: read as one)
+        found = _open_json_streaming(Path(tmp), name, total, con, unit="decompressed byte")
         if found is None:  # a layout the cutter does not follow: parsed whole
             with open(tmp, "rb") as f:
                 return _open_json_whole(name, f.read(), size, unit="decompressed byte", warnings=early)
-        found.unit = "decompressed byte"
         found.warnings[:0] = early
         found._temps.append(tmp)
         tmp = None
@@ -586,9 +583,10 @@ class _Irregular(Exception):
     """The streaming pass cannot follow this document; parse it whole instead."""
 
 
-def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None:
-    """Find the events arrays of a JSON document and cut them into slices, or None."""
-    source = Source(name, "json", "", [], size)
+def _open_json_streaming(path: Path, name: str, size: int, con, unit: str = "byte") -> Source | None:
+    """Find the events arrays of a JSON document and cut them into slices, or None.  ``unit``:
+    what the positions in messages count."""
+    source = Source(name, "json", "", [], size, unit=unit)
     try:
         with open(path, "rb") as f:
             if _open_one_array(source, path, f, con):
@@ -598,7 +596,7 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     except OSError:
         ends_open = False
     if ends_open:
-        found = _open_cut_short(path, name, size, con)
+        found = _open_cut_short(path, name, size, con, unit)
         if found is not None:
             return found
     try:
@@ -616,7 +614,7 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
         trace_docs = qlog.traces_of(doc)
     except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
         source.close()
-        return _open_cut_short(path, name, size, con)
+        return _open_cut_short(path, name, size, con, unit)
     with_events = [i for i, t in enumerate(trace_docs) if "events" in t]
     if len(with_events) != len(plan) or any(trace_docs[i]["events"] != [] for i in with_events):
         source.close()
@@ -637,11 +635,11 @@ def _open_json_streaming(path: Path, name: str, size: int, con) -> Source | None
     return source
 
 
-def _open_cut_short(path: Path, name: str, size: int, con) -> Source | None:
+def _open_cut_short(path: Path, name: str, size: int, con, unit: str = "byte") -> Source | None:
     """A document of one events array that ends inside it (a writer killed mid-file: JSON qlog
     writers close the array and the document only when the connection ends), cut like a whole
     one up to its last complete event; None if it is not one (parsed whole, then salvaged)."""
-    source = Source(name, "json", "", [], size)
+    source = Source(name, "json", "", [], size, unit=unit)
     try:
         with open(path, "rb") as f:
             if _open_one_array(source, path, f, con, cut_short=True):
@@ -673,7 +671,7 @@ def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False)
     head = f.read(start)
     tail_at = max(start, source.size - TAIL_BYTES)
     f.seek(tail_at)
-    tail = b"" if cut_short else f.read()
+    tail = f.read()
     doc = end = None
     bracket = len(tail)
     for _ in range(MAX_CUT_TRIES if tail else 0):
@@ -686,7 +684,9 @@ def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False)
             continue
         end = tail_at + bracket
         break
-    if cut_short:
+    if cut_short and doc is not None:
+        cut_short = False  # (the document closes after all: a gzip stream that lost its trailer)
+    elif cut_short:
         # (the file does not end with '}', or no other cut followed it) the header closed after
         # the '[' gives the traces; the events are cut as they come, up to the last complete
         # one (:func:`_lazy_cuts`)

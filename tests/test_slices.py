@@ -542,6 +542,52 @@ def test_a_large_gzip_json_document_cut_short_keeps_its_complete_events(tmp_path
     assert kept == expected > 0
 
 
+def _gzip_results(path: Path, tmp_path: Path, monkeypatch, name: str):
+    """Ingest ``path`` (gzip JSON documents above 20 kB decompressed go to a temporary file):
+    (result, snapshot, whether it was parsed whole)."""
+    with monkeypatch.context() as m:
+        m.setattr(reader, "WHOLE_JSON_BYTES", 20_000)
+        m.setattr(reader, "SLICE_BYTES", 9_000)
+        whole = []
+        real_whole = reader._open_json_whole
+        m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
+        with Store(tmp_path / f"{name}.duckdb") as store:
+            result = store.ingest(path)
+            return result, snapshot(store), bool(whole)
+
+
+def test_a_large_gzip_json_document_of_two_traces_cut_short_counts_decompressed_bytes(tmp_path, monkeypatch):
+    # The warning of a document of several traces cut in its last events array was written
+    # before the gzip reader set the unit: it said "byte" for a position in decompressed bytes.
+    raw = (DATA / "pcap2qlog/examples/draft-02/ngtcp2-29-dsb.qlog").read_bytes()
+    plain, packed = tmp_path / "cut.qlog", tmp_path / "cut.qlog.gz"
+    plain.write_bytes(raw[:27275])
+    packed.write_bytes(gzip.compress(raw[:27275]))
+    p, p_rows, _ = _gzip_results(plain, tmp_path, monkeypatch, "plain")
+    g, g_rows, g_whole = _gzip_results(packed, tmp_path, monkeypatch, "gzip")
+    assert not g_whole  # cut in slices
+    assert g.warnings == [f"{packed}: JSON cut short at decompressed byte 27275; kept every complete event "
+                          f"up to decompressed byte {raw.rindex(b']', 0, raw.rindex(b'[', 0, 27275)) + 1}"]
+    assert p.warnings == [w.replace(str(packed), str(plain)).replace("decompressed byte", "byte") for w in g.warnings]
+    assert {t: v for t, v in g_rows.items() if t != "files"} == {t: v for t, v in p_rows.items() if t != "files"}
+
+
+def test_a_gzip_stream_that_lost_only_its_trailer_holds_a_whole_document(tmp_path, monkeypatch):
+    # The gzip stream ends early (no CRC/size trailer) but what it decompressed is the whole
+    # document: a warning says the stream ended early; none says the JSON was cut short.
+    raw = (DATA / "picoquic/picoquictest/app_msg_overflow_ref.qlog").read_bytes()
+    packed = gzip.compress(raw)
+    path = tmp_path / "trailer.qlog.gz"
+    path.write_bytes(packed[:-8])
+    assert zlib.decompressobj(31).decompress(path.read_bytes()) == raw
+    result, rows_gz, whole = _gzip_results(path, tmp_path, monkeypatch, "gz")
+    full, rows_full, _ = _gzip_results(DATA / "picoquic/picoquictest/app_msg_overflow_ref.qlog", tmp_path,
+                                       monkeypatch, "full")
+    assert not whole and len(result.warnings) == 1
+    assert result.warnings[0].startswith(f"{path}: stream ends with an error at decompressed byte {len(raw)} (")
+    assert {t: v for t, v in rows_gz.items() if t != "files"} == {t: v for t, v in rows_full.items() if t != "files"}
+
+
 def test_a_json_document_cut_anywhere_in_its_events_is_cut_in_slices_like_its_salvage(tmp_path, monkeypatch):
     # A writer killed mid-file leaves a JSON qlog without its closing brackets.  Such a document
     # of one events array is cut in slices up to its last complete event, not parsed whole
