@@ -131,8 +131,8 @@ def test_classification_takes_the_serverhello_after_the_hello_retry_request(exch
         expected = "wfc" if answer["pn"] == real["pn"] else "iack"
         assert row["handshake_class"] == expected
     # the capture sees the packets the client's qlog logs (one connection, no loss on loopback)
-    client = got["client"]
-    assert {k: got["network"][k] for k in client if k != "vantage"} == {k: v for k, v in client.items() if k != "vantage"}
+    client, network = got["client"], got["network"]
+    assert {k: v for k, v in network.items() if k != "vantage"} == {k: v for k, v in client.items() if k != "vantage"}
 
 
 def test_control_without_a_hello_retry_request(exchanges):
@@ -145,4 +145,5 @@ def test_control_without_a_hello_retry_request(exchanges):
         row = got[json.loads(path.read_text().split("\x1e")[1])["trace"]["vantage_point"]["type"]]
         assert row["handshake_notes"] == [] and row["server_hello_pn"] == sh["pn"]
         assert (row["handshake_class"], row["handshake_reason"]) == ("wfc", "ack_with_server_hello")
-    assert got["network"]["handshake_notes"] == [] and got["network"]["server_hello_pn"] == got["client"]["server_hello_pn"]
+    network = got["network"]
+    assert network["handshake_notes"] == [] and network["server_hello_pn"] == got["client"]["server_hello_pn"]

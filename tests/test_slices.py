@@ -588,6 +588,43 @@ def test_a_gzip_stream_that_lost_only_its_trailer_holds_a_whole_document(tmp_pat
     assert {t: v for t, v in rows_gz.items() if t != "files"} == {t: v for t, v in rows_full.items() if t != "files"}
 
 
+def _read_both_ways(path: Path, tmp_path: Path, monkeypatch, name: str) -> dict[str, tuple]:
+    """``path`` ingested streamed (the reader's choice) and salvaged (a JSON document parsed whole,
+    its complete events kept): per way (status, error, warnings, snapshot or None, whether the
+    document was parsed whole)."""
+    results = {}
+    for how in ("streamed", "salvaged"):
+        with monkeypatch.context() as m:
+            whole = []
+            real_whole = reader._open_json_whole
+            m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
+            if how == "salvaged":
+                m.setattr(reader, "_open_json_streaming", lambda *a, **k: None)
+            with Store(tmp_path / f"{how}-{name}.duckdb") as store:
+                result = store.ingest(path)
+                results[how] = (result.status, result.error, result.warnings,
+                                snapshot(store) if result.status == "ingested" else None, bool(whole))
+    return results
+
+
+def _assert_cut_like_the_salvage(raw: bytes, cuts: list[int], tmp_path: Path, monkeypatch) -> int:
+    """Each prefix of ``raw`` read streamed and salvaged gives the same result and rows; returns
+    how many were read without parsing the document whole."""
+    monkeypatch.setattr(reader, "SLICE_BYTES", 9_000)
+    streamed_ones = 0
+    for n, cut in enumerate(cuts):
+        path = tmp_path / f"cut{n}.qlog"
+        path.write_bytes(raw[:cut])
+        results = _read_both_ways(path, tmp_path, monkeypatch, str(n))
+        streamed_ones += not results["streamed"][4]
+        assert results["streamed"][:3] == results["salvaged"][:3], cut
+        if results["salvaged"][3] is not None:
+            for table, expected in results["salvaged"][3].items():
+                if table != "files":
+                    assert results["streamed"][3][table] == expected, (cut, table)
+    return streamed_ones
+
+
 def test_a_json_document_cut_anywhere_in_its_events_is_cut_in_slices_like_its_salvage(tmp_path, monkeypatch):
     # A writer killed mid-file leaves a JSON qlog without its closing brackets.  Such a document
     # of one events array is cut in slices up to its last complete event, not parsed whole
@@ -600,29 +637,8 @@ def test_a_json_document_cut_anywhere_in_its_events_is_cut_in_slices_like_its_sa
     raw = orjson.dumps({"qlog_version": "0.3", "traces": [trace]}, option=orjson.OPT_INDENT_2)
     body = raw.index(b'"events"')
     cuts = sorted({body + 30, len(raw) - 40, *range(body + 200, len(raw) - 40, len(raw) // 23)})
-    monkeypatch.setattr(reader, "SLICE_BYTES", 9_000)
-    streamed_ones = 0
-    for n, cut in enumerate(cuts):
-        path = tmp_path / f"cut{n}.qlog"
-        path.write_bytes(raw[:cut])
-        results = {}
-        for how in ("streamed", "salvaged"):
-            with monkeypatch.context() as m:
-                whole = []
-                real_whole = reader._open_json_whole
-                m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
-                if how == "salvaged":
-                    m.setattr(reader, "_open_json_streaming", lambda *a: None)
-                with Store(tmp_path / f"{how}{n}.duckdb") as store:
-                    result = store.ingest(path)
-                    results[how] = (result.status, result.error, result.warnings, snapshot(store) if result.status == "ingested" else None)
-            streamed_ones += how == "streamed" and not whole
-        assert results["streamed"][:3] == results["salvaged"][:3], cut
-        if results["salvaged"][3] is not None:
-            for table, expected in results["salvaged"][3].items():
-                if table != "files":
-                    assert results["streamed"][3][table] == expected, (cut, table)
-    assert streamed_ones >= len(cuts) - 2  # (not the two cuts inside the first event: nothing to keep)
+    # (not the two cuts inside the first event: nothing to keep)
+    assert _assert_cut_like_the_salvage(raw, cuts, tmp_path, monkeypatch) >= len(cuts) - 2
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["plain", "events-key-in-events"])
@@ -642,30 +658,8 @@ def test_a_json_document_of_several_traces_cut_anywhere_is_cut_in_slices_like_it
     second_body = raw.index(b'"events"', raw.index(b'"server"'))
     cuts = sorted({first_body + 30, second_body - 60, second_body + 30, len(raw) - 40,
                    *range(first_body + 200, len(raw) - 40, len(raw) // 23)})
-    monkeypatch.setattr(reader, "SLICE_BYTES", 9_000)
-    streamed_ones = 0
-    for n, cut in enumerate(cuts):
-        path = tmp_path / f"cut{n}.qlog"
-        path.write_bytes(raw[:cut])
-        results = {}
-        for how in ("streamed", "salvaged"):
-            with monkeypatch.context() as m:
-                whole = []
-                real_whole = reader._open_json_whole
-                m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
-                if how == "salvaged":
-                    m.setattr(reader, "_open_json_streaming", lambda *a: None)
-                with Store(tmp_path / f"{how}{n}.duckdb") as store:
-                    result = store.ingest(path)
-                    results[how] = (result.status, result.error, result.warnings,
-                                    snapshot(store) if result.status == "ingested" else None)
-            streamed_ones += how == "streamed" and not whole
-        assert results["streamed"][:3] == results["salvaged"][:3], cut
-        if results["salvaged"][3] is not None:
-            for table, expected in results["salvaged"][3].items():
-                if table != "files":
-                    assert results["streamed"][3][table] == expected, (cut, table)
-    assert streamed_ones >= len(cuts) - 3  # (not inside the first event, nor between the traces)
+    # (not inside the first event, nor between the traces)
+    assert _assert_cut_like_the_salvage(raw, cuts, tmp_path, monkeypatch) >= len(cuts) - 3
 
 
 def test_the_salvage_keeps_no_part_of_an_event_after_one_that_holds_an_events_key():
@@ -699,22 +693,13 @@ def test_a_real_document_cut_short_is_read_like_its_salvage(tmp_path, monkeypatc
     path = tmp_path / "cut.qlog"
     path.write_bytes((DATA / name).read_bytes()[:cut])
     monkeypatch.setattr(reader, "SLICE_BYTES", 9_000)
-    results = {}
-    for how in ("streamed", "salvaged"):
-        with monkeypatch.context() as m:
-            whole = []
-            real_whole = reader._open_json_whole
-            m.setattr(reader, "_open_json_whole", lambda *a, **k: whole.append(a[0]) or real_whole(*a, **k))
-            if how == "salvaged":
-                m.setattr(reader, "_open_json_streaming", lambda *a: None)
-            with Store(tmp_path / f"{how}.duckdb") as store:
-                result = store.ingest(path)
-                results[how] = (result.status, result.warnings, snapshot(store), bool(whole))
-    assert results["streamed"][3] is False and results["salvaged"][3] is True
-    assert results["streamed"][0] == "ingested" and len(results["streamed"][1]) == 1
-    assert results["streamed"][1] == results["salvaged"][1]
-    assert {t: v for t, v in results["streamed"][2].items() if t != "files"} == \
-        {t: v for t, v in results["salvaged"][2].items() if t != "files"}
+    results = _read_both_ways(path, tmp_path, monkeypatch, "real")
+    streamed, salvaged = results["streamed"], results["salvaged"]
+    assert streamed[4] is False and salvaged[4] is True  # (parsed whole or not)
+    assert streamed[0] == "ingested" and len(streamed[2]) == 1
+    assert streamed[:3] == salvaged[:3]
+    for table, rows_salvaged in salvaged[3].items():
+        assert table == "files" or streamed[3][table] == rows_salvaged, table
 
 
 def _odd_events() -> list[dict]:
