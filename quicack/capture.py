@@ -36,12 +36,14 @@ kept, the unparsable rest is left out of ``packets`` and listed in ``capture_iss
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import duckdb
 
+from . import quicversion
 from .ackdelay import decoded_ms_sql
 from .model import QuicackError
-from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column
+from .pcap import FRAME_FIELDS, PACKET_FIELDS, PARAMETER_FIELDS, StagedCapture, column, udp_payload_heads
 
 #: Largest UDP payload of one datagram on a 1500-byte MTU path (IPv4: 1500 − 20 − 8).
 MAX_SINGLE_DATAGRAM_PAYLOAD = 1472
@@ -675,8 +677,10 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     """
     if not con.execute("SELECT count(*) FROM c_pkt").fetchall()[0][0]:
         udp = con.execute("SELECT count(*) FROM c_dgram").fetchall()[0][0]
-        raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none "
-                           "dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)", staged.path)
+        why = quicversion.explain(udp_payload_heads(Path(staged.path)), staged.tshark_version) if udp else None
+        raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none dissected as "
+                           f"QUIC{'; ' + why if why else ' (QUIC on an unusual port? try --quic-port PORT)'}",
+                           staged.path)
     _assign_connections(con, first_connection_id)
     # pk: every packet with its datagram's connection, sender and time; event_index is its
     # position in the capture, numbered while staging (quicack.fastpath.number_packets) unless a

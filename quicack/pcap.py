@@ -286,6 +286,24 @@ def _command(binary: str, path: Path, keylog: Path | None, ports: list[int], lua
     return cmd
 
 
+def udp_payload_heads(path: Path, limit: int = 2000) -> list[bytes]:
+    """The first five bytes of the UDP payloads in the first ``limit`` frames of a capture
+    (tshark's ``udp.payload``), for telling why none of them was read as QUIC."""
+    try:
+        out = subprocess.run([tshark_binary(), "-r", str(path), "-n", "-c", str(limit), "-Y", "udp",
+                              "-T", "fields", "-e", "udp.payload"],
+                             capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    heads = []
+    for line in out.splitlines():
+        try:
+            heads.append(bytes.fromhex(line.split(",")[0][:10]))
+        except ValueError:
+            continue
+    return heads
+
+
 def _tshark_error(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines()
              if ln.strip() and "Running as user" not in ln and "dangerous" not in ln

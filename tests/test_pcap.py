@@ -29,7 +29,7 @@ import pytest
 
 from quicack import Store
 from quicack.capture import GSO_REMEDY
-from quicack.pcap import find_keylog, lua_script, PACKET_FIELDS
+from quicack.pcap import find_keylog, lua_script, PACKET_FIELDS, tshark_binary, tshark_version
 
 DATA = Path(__file__).parent / "data"
 
@@ -315,15 +315,17 @@ def test_missed_handshake_forces_quic_decoding_of_the_server_port(tmp_path):
 
 def test_quic_port_option_for_an_undetected_capture(tmp_path):
     """pcap2qlog's draft-15 capture (pre-RFC 8999 header): tshark 4.0 finds no QUIC in it (by hand:
-    ``tshark -r FILE`` shows 'UDP … 50506 → 4433'): refused, unless --quic-port forces it, and then
-    tshark's misreading is reported."""
+    ``tshark -r FILE`` shows 'UDP … 50506 → 4433'; ``-T fields -e udp.payload``: six payloads begin
+    ``ff``/``fd`` then ``ff00000f``, four ``30…``): refused with the reason, unless --quic-port
+    forces it, and then tshark's misreading is reported."""
     capture = DATA / "pcap2qlog/captures/Local/pcap/ngtcp2-pcap-encrypted.pcap"
     with Store(tmp_path / "s.duckdb") as store:
         refused = store.ingest(capture)
         forced = store.ingest(capture, quic_ports=(4433,))
     assert refused.status == "refused"
     assert refused.error == (f"{capture}: no QUIC packets found: 10 frames, 10 UDP datagrams, none dissected "
-                             "as QUIC (QUIC on an unusual port? try --quic-port PORT)")
+                             "as QUIC; 6 of them begin like QUIC long-header packets of draft-15 (0xff00000f), "
+                             f"which tshark {tshark_version(tshark_binary())} does not read (it reads IETF QUIC from draft-21 on)")
     assert forced.status == "ingested"
     assert any("malformed QUIC datagrams (versions seen: 0xff00000f" in w for w in forced.warnings)
 
@@ -341,6 +343,8 @@ def test_a_peer_port_tshark_gives_to_another_protocol_is_decoded_as_quic_when_na
         rows = store.con.execute("""SELECT cc.server_port, count(*), sum(cc.packets_not_decrypted)
             FROM capture_connections cc GROUP BY ALL""").fetchall()
     assert refused.status == "refused" and "none dissected as QUIC" in refused.error
+    # (QUIC v1 payloads: the port is the reason, and the hint says so)
+    assert refused.error.endswith("none dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)")
     assert forced.status == "ingested" and forced.connections == 3
     assert rows == [(34980, 3, 0)]
 
