@@ -4,8 +4,8 @@ Theory of operation: a qlog file is a header plus events.  Everything that diffe
 generations and producers — where the time, name and data of an event sit, the time unit, what
 the reference time is, how ``ack_delay`` is scaled — is decided here, once per trace, from the
 header alone, and returned as a :class:`~quicack.model.TraceInfo`.  The events themselves are
-never touched in Python: ``quicack.normalize`` turns them into rows inside DuckDB using these
-per-trace constants (KNOWLEDGE §8: a per-event Python loop cannot keep up).
+never touched in Python: the native core (``native/``, through ``quicack.normalize``) turns them
+into rows using these per-trace constants (KNOWLEDGE §8: a per-event Python loop cannot keep up).
 
 Generations handled (``schemas/README.md`` lists the mapping of every event):
 

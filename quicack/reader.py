@@ -1,36 +1,30 @@
-"""Reading qlog files into DuckDB, one bounded slice at a time: the I/O edge of the qlog path.
+"""Reading qlog files, one bounded slice at a time: the I/O edge of the qlog path.
 
 Theory of operation: a file is sniffed (gzip? JSON-SEQ record separator? one JSON document or
 one record per line?) and its header parsed in Python (small).  Its events are then cut into
 *slices* of about ``SLICE_BYTES`` of complete records, in file order, and each slice is staged
-into the temporary table ``ev`` by DuckDB, which parses it in C++ on both cores; the caller
-normalizes one slice before the next is staged, so memory stays bounded whatever the file size.
+by the native core (:func:`quicack._native.stage`: parsed once, each event's columns taken out,
+without Python's lock); the caller stores one slice's rows while the next is staged, so memory
+stays bounded whatever the file size.
 
-* JSON-SEQ and NDJSON: each slice is a range of whole lines copied into a temporary file (by
-  the kernel for a plain file; decompressed, with the 0x1E record separators turned into
-  newlines, for gzip).  DuckDB's CSV reader, with 0x1E as the delimiter and no quoting, hands
-  each record over as text without parsing it (DuckDB's JSON reader rejects the separator).  A
-  record cut off at the end of the file is left out with a warning.
+* JSON-SEQ and NDJSON: each slice is a range of whole lines, read by the stager straight from a
+  plain file, or decompressed into a temporary file for gzip.  Every non-blank piece between
+  line ends and 0x1E record separators is a record (RFC 7464).  A record cut off at the end of
+  the file is left out with a warning.
 * A JSON document: one pass finds each ``"events": [`` array and cuts it at top-level element
-  boundaries (a candidate cut after ``},`` is checked by letting DuckDB parse the slice on a side
-  connection); the document without its events (a few KB) is parsed with orjson for the headers,
-  and each slice is staged with ``read_json_objects(format='array')``.  A document of one events
-  array (one trace: what a long capture or transfer gives) is not cut up front: the array's end
-  is found from the file's tail (the document with that array emptied must parse), and its
-  slices are cut one at a time by the thread that stages them, while the previous slice is
-  normalized.  A document this pass cannot follow (cut short, gzip, odd layout) is parsed whole
-  with orjson instead — correct, but memory grows with the file.
+  boundaries (a candidate cut after ``},`` is checked by letting the native parser read the
+  slice); the document without its events (a few KB) is parsed with orjson for the headers.  A
+  document of one events array (one trace: what a long capture or transfer gives) is not cut up
+  front: the array's end is found from the file's tail (the document with that array emptied
+  must parse), and its slices are cut one at a time by the thread that stages them, while the
+  previous slice is stored.  A document this pass cannot follow (cut short, gzip, odd layout)
+  is parsed whole with orjson instead — correct, but memory grows with the file.
 
-The result of staging one slice is the temporary table
-
-    ev(group_key, t_ms, name, rec)      -- rowid = file order within the slice
-
-with ``t_ms`` in milliseconds (time units, delta times applied), ``name`` the event name as
-logged ('category:event' for array events) and ``rec`` a JSON object whose ``data`` member is the
-event's data (the record itself for object events).  A slice holds events of one trace, or —
-in a JSON document of many small traces, such as a scan's batch of probes — several whole
-traces alike in everything their SQL depends on (:func:`quicack.normalize.slice_key`), one
-after the other: a dozen statements then normalize hundreds of traces instead of one.
+A staged slice (:class:`quicack._native.Staged`) holds events of one trace, or — in a JSON
+document of many small traces, such as a scan's batch of probes — several whole traces alike in
+everything their rows depend on (:func:`quicack.normalize.slice_key`), one after the other: a
+dozen statements then store hundreds of traces instead of one.  Times are in milliseconds
+(time units and delta times applied); names are as logged ('category:event' for array events).
 """
 
 from __future__ import annotations
@@ -42,29 +36,23 @@ import queue
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import orjson
-import pyarrow as pa
 
-from . import qlog
+from . import native, qlog
 from .model import QuicackError, TraceInfo
 from .normalize import slice_key
-from .sqltext import quote
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
 SLICE_BYTES = 12 << 20
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
+#: the longest stretch of a JSON document searched for the end of one event before giving up
 MAX_OBJECT_BYTES = 32 << 20
-#: longest line read with DuckDB's CSV reader in parallel; a slice with longer lines is read
-#: with MAX_OBJECT_BYTES (and on fewer threads)
-LINE_BYTES = 2 << 20
-#: rows per Arrow batch of a staged slice (several batches: DuckDB scans them in parallel)
-ARROW_BATCH_ROWS = 1 << 14
 RS = b"\x1e"
 #: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
 MAX_CUT_TRIES = 64
@@ -72,9 +60,6 @@ MAX_CUT_TRIES = 64
 #: multiple of this) rather than cut by the streaming pass, whose checks cost a DuckDB query or
 #: two per events array (~3 ms per trace: most of the read for a scan's batch of probes).
 WHOLE_JSON_BYTES = 16 << 20
-
-_EVENT_FIELDS = ('{"time": "DOUBLE", "name": "VARCHAR", "category": "VARCHAR", "event": "VARCHAR", '
-                 '"type": "VARCHAR", "group_id": "VARCHAR"}')
 
 
 def _array_slice_bytes() -> int:
@@ -91,7 +76,8 @@ class Slice:
     path: str  # temporary file holding the slice
     kind: str  # 'lines': one record per line; 'array': a JSON array of events
     done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
-    long_lines: bool = False  # a line (an element, for 'array') may exceed LINE_BYTES
+    #: the slice is bytes [start, end) of ``path``, the source file itself (not a temporary file)
+    range: tuple[int, int] | None = None
     #: a slice of several whole traces: (trace_index, events) of each, in file order
     #: (``trace_index`` is then the first of them); empty for a slice of one trace
     traces: tuple[tuple[int, int], ...] = ()
@@ -121,7 +107,8 @@ class Source:
         """Slices in file order; each temporary file is removed once the next one is asked for."""
         for part in self._slices:
             yield part
-            _unlink(part.path)
+            if part.range is None:
+                _unlink(part.path)
 
     def close(self) -> None:
         for tmp in self._temps:
@@ -357,7 +344,6 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
         while pending or not eof:
             fd, tmp = source._temp(".ndjson")
             written = 0
-            long_lines = False
             with os.fdopen(fd, "wb") as out:
                 while True:
                     cut = pending.rfind(b"\n", 0, max(SLICE_BYTES - written, 0)) + 1
@@ -365,7 +351,6 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         cut = pending.find(b"\n") + 1  # a record longer than a slice
                     if cut:
                         out.write(memoryview(pending)[:cut])
-                        long_lines = long_lines or _has_long_line(pending, cut)
                         written += cut
                         pending = pending[cut:]
                     if b"\n" in pending or eof:
@@ -387,20 +372,17 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         else:
                             out.write(pending + b"\n")
                             written += len(pending)
-                            long_lines = long_lines or len(pending) >= LINE_BYTES // 2
                     pending = b""
             if written:
                 done = raw_file.tell() if compressed else total - len(pending)
-                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done),
-                            long_lines)
+                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done))
             else:
                 _unlink(tmp)
 
 
 def _file_slices(source: Source, path: Path, offset: int, fmt: str) -> Iterator[Slice]:
-    """Slices of an uncompressed stream: byte ranges ending at a newline, copied by the kernel
-    (record separators stay: DuckDB's CSV reader splits them off); a record cut off at the end
-    of the file is left out with a warning."""
+    """Slices of an uncompressed stream: byte ranges of the file ending at a newline, read by the
+    stager itself; a record cut off at the end of the file is left out with a warning."""
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
@@ -418,25 +400,8 @@ def _file_slices(source: Source, path: Path, offset: int, fmt: str) -> Iterator[
             end = end_of_records
             if pos + SLICE_BYTES < end_of_records:
                 end = _last_newline(fd, pos + SLICE_BYTES, pos) + 1 or _next_newline(fd, pos + SLICE_BYTES) + 1
-            out_fd, tmp = source._temp(".ndjson")
-            try:
-                _copy_range(fd, out_fd, pos, end)
-            finally:
-                os.close(out_fd)
-            yield Slice(0, tmp, "lines", end, _has_long_line_in(fd, pos, end))
+            yield Slice(0, str(path), "lines", end, range=(pos, end))
             pos = end
-
-
-def _copy_range(fd: int, out_fd: int, start: int, end: int) -> None:
-    """Copy bytes [start, end) of ``fd`` to ``out_fd``: in the kernel where it can (Linux)."""
-    while start < end:
-        try:
-            n = os.copy_file_range(fd, out_fd, end - start, start)
-        except (AttributeError, OSError):  # not Linux, or a file system that cannot
-            n = os.write(out_fd, os.pread(fd, min(end - start, CHUNK_BYTES), start))
-        if n <= 0:
-            raise OSError(f"cannot copy bytes {start}-{end}")
-        start += n
 
 
 def _last_newline(fd: int, before: int, floor: int) -> int:
@@ -463,23 +428,6 @@ def _next_newline(fd: int, at: int) -> int:
         if found >= 0:
             return at + found
         at += len(chunk)
-
-
-def _has_long_line_in(fd: int, start: int, end: int) -> bool:
-    """Whether bytes [start, end) may hold a line of LINE_BYTES or more (see _has_long_line)."""
-    step = LINE_BYTES // 2
-    for window in range(start, end, step):
-        limit = min(window + step, end)
-        if _next_newline(fd, window) >= limit:
-            return True
-    return False
-
-
-def _has_long_line(buf: bytes, end: int) -> bool:
-    """Whether buf[:end] (whole lines) may hold a line of LINE_BYTES or more: some aligned
-    window of half that size without a newline (a few find() calls per slice)."""
-    step = LINE_BYTES // 2
-    return any(buf.find(b"\n", i, min(i + step, end)) < 0 for i in range(0, end, step))
 
 
 def _first_record(body: bytes):
@@ -519,30 +467,14 @@ def _first_time(record, trace: dict) -> float | None:
         return None
 
 
-def _drop_carriage_returns(path: str) -> bool:
-    """Remove every CR byte of a slice's file; False if it has none (error path only).
-
-    Records written with CRLF line ends (Windows) are valid JSON-SEQ and NDJSON: RFC 8259 counts
-    CR as whitespace and allows it nowhere else (inside a string it must be escaped), so dropping
-    every CR byte changes no record.  DuckDB's CSV reader, which splits the records, takes only
-    one kind of line end a file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if b"\r" not in data:
-        return False
-    with open(path, "wb") as f:
-        f.write(data.replace(b"\r", b""))
-    return True
-
-
 def _without_bom(data: bytes) -> bytes:
     """RFC 8259 §8.1: parsers "MAY ignore the presence of a byte order mark" (Windows tools write
     one); orjson refuses it."""
     return data[3:] if data[:3] == b"\xef\xbb\xbf" else data
 
 
-def _duck_message(e: Exception) -> str:
-    return str(e).splitlines()[0][:300]
+def _first_line(e: Exception) -> str:
+    return (str(e.args[0]) if e.args else str(e)).splitlines()[0][:300]
 
 
 def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
@@ -564,12 +496,9 @@ def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
                         orjson.loads(line)
                     except orjson.JSONDecodeError as err:
                         return QuicackError(f"malformed record {record}: {err.msg}", name, f"{unit} {start}")
-                    if len(line) > MAX_OBJECT_BYTES:
-                        return QuicackError(f"record {record} is {len(line) / 1e6:.0f} MB, more than the "
-                                            f"{MAX_OBJECT_BYTES >> 20} MiB an event may have", name, f"{unit} {start}")
                 offset += len(line) + 1
             if not chunk:
-                return QuicackError(f"malformed event records: {_duck_message(e)}", name)
+                return QuicackError(f"malformed event records: {_first_line(e)}", name)
 
 
 # --- whole JSON documents, streamed -----------------------------------------------------------
@@ -1035,20 +964,16 @@ def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int
     with contextlib.closing(_candidates(source, window, cuts)) as candidates:
         for cut, tmp in candidates:
             try:
-                n = side.execute(f"SELECT count(*) FROM read_json_objects({quote(tmp)}, "
-                                 f"format='array', maximum_object_size={MAX_OBJECT_BYTES})").fetchall()[0][0]
-            except duckdb.OutOfMemoryException:
-                raise  # (not a bad cut: the caller reads the file again with more memory)
-            except duckdb.Error:
+                n, _ = native.array_elements(tmp)
+            except native.StageError:
                 continue
             return cut, tmp, n
     return None
 
 
 def _first_element(side, tmp: str):
-    found = side.execute(f"SELECT json FROM read_json_objects({quote(tmp)}, format='array', "
-                         f"maximum_object_size={MAX_OBJECT_BYTES}) LIMIT 1").fetchall()
-    return orjson.loads(found[0][0]) if found else None
+    _, first = native.array_elements(tmp)
+    return None if first is None else orjson.loads(first)
 
 
 # --- whole JSON documents, parsed at once (fallback) -------------------------------------------
@@ -1152,13 +1077,16 @@ def _salvage(data: bytes):
 
 # --- staging one slice into ev ------------------------------------------------------------------
 
-def staged_slices(con: duckdb.DuckDBPyConnection, source: Source) -> Iterator[tuple[Slice, pa.Table]]:
-    """Each slice of ``source`` with its staged events (:func:`stage`), in file order.
+def staged_slices(con: duckdb.DuckDBPyConnection, source: Source,
+                  prepare: Callable[[Slice, native.Staged], object] | None = None) -> Iterator[tuple[Slice, object]]:
+    """Each slice of ``source`` with its staged events (:func:`stage`), in file order — or with
+    what ``prepare(slice, staged)`` makes of them, in the same thread (the rows the normalizer
+    makes of them, :meth:`quicack.normalize.Normalizer.rows`).
 
-    The next slice is cut and staged in a thread, on a cursor of ``con`` (it only reads files),
-    while the caller normalizes the current one: DuckDB releases the GIL while it parses, so the
-    two overlap on two cores.  The thread stages a slice only once the caller has taken the
-    previous one, so at most two slices are held at a time.
+    The next slice is cut, staged and prepared in a thread, on a cursor of ``con`` (it only
+    reads files), while the caller stores the current one: the native core and DuckDB release
+    the GIL while they work, so the two overlap on two cores.  The thread stages a slice only
+    once the caller has taken the previous one, so at most two slices are held at a time.
     """
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -1170,7 +1098,9 @@ def staged_slices(con: duckdb.DuckDBPyConnection, source: Source) -> Iterator[tu
                 if stop.is_set():
                     break
                 staged, part.staged = part.staged, None
-                handoff.put((part, staged if staged is not None else stage(cursor, source, part)))
+                if staged is None:
+                    staged = stage(cursor, source, part)
+                handoff.put((part, staged if prepare is None else prepare(part, staged)))
                 handoff.join()  # until the caller has taken it
         except BaseException as e:  # handed to the caller, raised there
             handoff.put(e)
@@ -1200,72 +1130,24 @@ def staged_slices(con: duckdb.DuckDBPyConnection, source: Source) -> Iterator[tu
         cursor.close()
 
 
-def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice):
-    """The events of one slice as an Arrow table (row, group_key, t_ms, name, rec), in file order."""
+def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice) -> native.Staged:
+    """The events of one slice, parsed and their columns taken out by the native core
+    (:func:`quicack._native.stage`, without Python's lock), in file order.  ``con`` is not used
+    (the signature of a stager)."""
     info = source.traces[part.trace_index]
-    if part.kind == "lines":
-        # The CSV reader splits its input into buffers of a few max_line_size each, read in
-        # parallel: a small max_line_size unless the slice has long lines.
-        line_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
-        # A JSON-SEQ line is RS + record: RS is the delimiter, so the record is the second field
-        # (NDJSON lines and lines whose RS became a newline have one field, padded with NULL).
-        rows = (f"SELECT coalesce(r, line) AS rec FROM read_csv({quote(part.path)}, delim=chr(30), "
-                "quote='', escape='', header=false, auto_detect=false, null_padding=true, "
-                f"columns={{'line': 'VARCHAR', 'r': 'VARCHAR'}}, max_line_size={line_bytes}, new_line='\\n') "
-                "WHERE coalesce(r, line) IS NOT NULL AND (ascii(coalesce(r, line)) > 32 OR trim(coalesce(r, line)) <> '')")
-    else:
-        # DuckDB's JSON reader sizes its buffers by maximum_object_size: a small one (under the
-        # ingest's memory cap a large one runs out of memory), unless an element is found longer.
-        object_bytes = MAX_OBJECT_BYTES if part.long_lines else LINE_BYTES
-        rows = (f"SELECT json AS rec FROM read_json_objects({quote(part.path)}, format='array', "
-                f"maximum_object_size={object_bytes})")
-    if info.layout == ("object",):
-        select = f"""SELECT s.time AS time, coalesce(s.name, s.category || ':' || coalesce(s.event, s.type)) AS name,
-                            s.group_id AS group_id, rec
-                     FROM (SELECT json_transform(rec, '{_EVENT_FIELDS}') AS s, rec FROM ({rows}))"""
-    else:
-        t, cat, evt, data, group = info.layout
-        name = f"(l[{cat + 1}] || ':' || l[{evt + 1}])" if cat >= 0 else f"l[{evt + 1}]"
-        select = f"""SELECT TRY_CAST(l[{t + 1}] AS DOUBLE) AS time, {name} AS name,
-                            {f'l[{group + 1}]' if group >= 0 else 'NULL'} AS group_id,
-                            '{{"data":' || coalesce(json_extract(rec, '$[{data}]'), 'null') || '}}' AS rec
-                     FROM (SELECT json_transform(rec, '["VARCHAR"]') AS l, rec FROM ({rows}))"""
-    time = "time"
-    if info.time_format == "delta":
-        # Delta times (draft era) need a running sum, carried over from the previous slice.
-        carried = source._delta_sum.get(part.trace_index, 0.0)
-        select = f"SELECT row_number() OVER () AS rn, * FROM ({select})"
-        time = f"({carried!r} + sum(time) OVER (ORDER BY rn ROWS UNBOUNDED PRECEDING))"
+    delta = info.time_format == "delta"
     try:
-        # Without ORDER BY, DuckDB keeps the input order (preserve_insertion_order), in parallel.
-        ev = con.sql(f"""SELECT coalesce(group_id, '') AS group_key, {time} * {info.time_scale_ms!r} AS t_ms,
-                                coalesce(name, '') AS name, rec
-                         FROM ({select}){" ORDER BY rn" if info.time_format == "delta" else ""}
-                      """).to_arrow_table(ARROW_BATCH_ROWS)
-    except duckdb.OutOfMemoryException:
-        raise  # (not a malformed record: the caller reads the file again with more memory)
-    except duckdb.Error as e:
-        if part.kind == "array" and not part.long_lines and '"maximum_object_size"' in str(e):
-            part.long_lines = True  # (an element longer than the small buffer: staged again)
-            return stage(con, source, part)
-        if part.kind == "lines" and _drop_carriage_returns(part.path):
-            return stage(con, source, part)  # (CRLF line ends, which DuckDB's CSV reader refuses)
+        ev = native.stage(part.path, part.kind == "lines", None if info.layout == ("object",) else tuple(info.layout),
+                          delta, info.time_scale_ms, source._delta_sum.get(part.trace_index, 0.0),
+                          list(part.traces), part.trace_index, qlog.canonical_event, part.range)
+    except native.StageError as e:
         if source._diagnose is not None:
             raise source._diagnose(e) from None
-        raise QuicackError(f"malformed events in trace {part.trace_index}: {_duck_message(e)}",
-                           source.name) from None
-    if info.time_format == "delta" and ev.num_rows:
-        last = ev.column("t_ms")[ev.num_rows - 1].as_py()
-        if last is not None:
-            source._delta_sum[part.trace_index] = last / info.time_scale_ms
+        what, _, record = e.args
+        raise QuicackError(f"malformed events in trace {part.trace_index}: {what}"
+                           + (f" (event {record} of a slice)" if record else ""), source.name) from None
+    if delta and ev.delta_carry is not None:
+        # Delta times (draft era) need a running sum, carried over to the next slice.
+        source._delta_sum[part.trace_index] = ev.delta_carry
     source.events += ev.num_rows
-    if not part.traces:
-        ev = ev.append_column("trace_index", pa.repeat(pa.scalar(part.trace_index, pa.int32()), ev.num_rows))
-        return ev.append_column("row", pa.array(range(ev.num_rows), pa.int64()))
-    # Several whole traces, one after the other: each event's trace and its row within it.
-    if sum(n for _, n in part.traces) != ev.num_rows:  # counted in the same bytes: a bug if hit
-        raise QuicackError(f"traces {part.traces[0][0]}–{part.traces[-1][0]}: {ev.num_rows} events staged, "
-                           f"{sum(n for _, n in part.traces)} expected", source.name)
-    trace_column = pa.array([i for i, n in part.traces for _ in range(n)], pa.int32())
-    rows = pa.array([r for _, n in part.traces for r in range(n)], pa.int64())
-    return ev.append_column("trace_index", trace_column).append_column("row", rows)
+    return ev

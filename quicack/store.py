@@ -350,18 +350,21 @@ class Store:
             else:
                 from . import normalize, reader  # qlog only: a capture needs neither (~20 ms of imports)
 
-                with reader.open_source(path, self.con) as staged, \
-                        contextlib.closing(reader.staged_slices(self.con, staged)) as parts:
+                with reader.open_source(path, self.con) as staged:
                     staged.warnings.extend(notes)
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, ids.connections)
-                    for part, events in parts:  # bounded slices, in file order (the next one staged meanwhile)
-                        normalizer.add(part.trace_index, events, part.traces)
-                        report(part.done_bytes)
-                        unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
-                                                                       is_capture)
-                        if unchanged:
-                            self.con.execute("ROLLBACK")
-                            return unchanged
+                    # (each slice's rows are made in the thread that stages the next one)
+                    parts = reader.staged_slices(
+                        self.con, staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces))
+                    with contextlib.closing(parts):
+                        for part, rows in parts:  # bounded slices, in file order
+                            normalizer.insert(rows)
+                            report(part.done_bytes)
+                            unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog,
+                                                                           is_capture)
+                            if unchanged:
+                                self.con.execute("ROLLBACK")
+                                return unchanged
                     if not staged.events:
                         raise QuicackError("qlog stream has a header but no events", name)
                     normalizer.finish()

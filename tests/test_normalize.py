@@ -1,67 +1,109 @@
-"""quicack.normalize: datagram ids derived from packets (the rules of RFC 9000 §12.2 coalescing
-as logged), over hand-built rows whose expected datagrams are spelled out per case."""
+"""quicack.normalize: datagram ids derived from the packets a trace logs (RFC 9000 §12.2
+coalescing as logged), over hand-written traces whose expected datagrams are spelled out per case."""
 
-import pyarrow as pa
+from __future__ import annotations
 
-from quicack.normalize import _datagram_ids
+import orjson
+import pytest
 
-CARRIED = ("datagrams", "last_direction", "last_t", "last_rank", "last_checksum", "last_rx_seq")
-TYPES = {"event_index": pa.int64(), "connection_id": pa.int64(), "direction": pa.string(), "sender": pa.string(),
-         "packet_type": pa.string(), "dcid": pa.string(), "t_ms": pa.float64(), "rank": pa.int32(),
-         "checksum": pa.int64(), "rx_seq": pa.int64(), "datagrams": pa.int64(), "last_direction": pa.string(),
-         "last_t": pa.float64(), "last_rank": pa.int32(), "last_checksum": pa.int64(), "last_rx_seq": pa.int64()}
-RANK = {"initial": 0, "0RTT": 1, "handshake": 2, "1RTT": 3}
+from quicack import Store, reader
+
+RS = b"\x1e"
 
 
-def rows(packets, carried=None):
-    """packets: (connection_id, event_index, direction, t_ms, packet_type, checksum, rx_seq);
-    carried: connection_id -> (datagrams, last_direction, last_t, last_rank, last_checksum, last_rx_seq)."""
-    carried = carried or {}
-    columns = {name: [] for name in TYPES}
-    for cid, event, direction, t, kind, checksum, rx_seq in packets:
-        values = dict(event_index=event, connection_id=cid, direction=direction,
-                      sender="client" if direction == "sent" else "server", packet_type=kind, dcid=None, t_ms=t,
-                      rank=RANK[kind], checksum=checksum, rx_seq=rx_seq)
-        values.update(zip(CARRIED, carried.get(cid, (0, None, None, None, None, None))))
-        for name in TYPES:
-            columns[name].append(values[name])
-    return pa.table({name: pa.array(values, TYPES[name]) for name, values in columns.items()})
+def _write(path, events, name="quicack-test", vantage="client"):
+    header = {"qlog_version": "0.3", "qlog_format": "JSON-SEQ",
+              "trace": {"vantage_point": {"type": vantage, "name": name}, "common_fields": {"ODCID": "aa"}}}
+    path.write_bytes(b"".join(RS + orjson.dumps(r) + b"\n" for r in [header, *events]))
+    return path
 
 
-def ids(table):
-    out = _datagram_ids(table)
-    return {(c, e): (s, d) for c, e, s, d in zip(*(out.column(n).to_pylist() for n in
-                                                   ("connection_id", "event_index", "starts", "derived_datagram_id")))}
+def _packet(t, direction, kind, pn, checksum=None, group=None):
+    data = {"header": {"packet_type": kind, "packet_number": pn}, "frames": [{"frame_type": "ping"}]}
+    if checksum is not None:
+        data["datagram_payload_checksum"] = checksum
+    event = {"time": t, "name": f"transport:packet_{direction}", "data": data}
+    if group is not None:
+        event["group_id"] = group
+    return event
 
 
-def test_same_time_in_coalescing_order_shares_a_datagram():
-    got = ids(rows([(1, 0, "received", 5.0, "initial", None, None),
-                    (1, 1, "received", 5.0, "handshake", None, None),  # coalesced behind the Initial
-                    (1, 2, "received", 5.0, "initial", None, None),  # Initial after Handshake: a new datagram
-                    (1, 3, "sent", 5.0, "1RTT", None, None)]))  # other direction: a new datagram
-    assert got == {(1, 0): (1, 0), (1, 1): (0, 0), (1, 2): (1, 1), (1, 3): (1, 2)}
+def _datagrams(store, path):
+    result = store.ingest(path)
+    assert result.status == "ingested", result.error
+    return store.con.execute("""SELECT c.group_id, p.packet_number, p.datagram_id FROM packets p
+        JOIN connections c USING (connection_id) WHERE c.file_id = ? ORDER BY p.event_index""",
+                             [result.file_id]).fetchall()
 
 
-def test_checksum_and_datagrams_received_group_packets_and_missing_values_never_do():
-    got = ids(rows([(1, 0, "received", 1.0, "1RTT", 7, None),
-                    (1, 1, "received", 2.0, "1RTT", 7, None),  # same checksum (quic-go)
-                    (1, 2, "received", 3.0, "1RTT", None, None),  # no checksum: not the same
-                    (1, 3, "received", 4.0, "1RTT", None, 4),
-                    (1, 4, "received", 5.0, "1RTT", None, 4),  # after the same datagrams_received
-                    (1, 5, "received", 6.0, "1RTT", None, 0),
-                    (1, 6, "received", 7.0, "1RTT", None, 0)]))  # none logged yet (0): times decide
-    assert [got[(1, e)] for e in range(7)] == [(1, 0), (0, 0), (1, 1), (1, 2), (0, 2), (1, 3), (1, 4)]
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "s.duckdb") as s:
+        yield s
 
 
-def test_each_connection_counts_its_own_datagrams_from_what_an_earlier_slice_carried():
-    # connection 2's first packet continues the datagram its previous slice ended with
-    carried = {2: (10, "received", 9.0, 0, None, None)}
-    got = ids(rows([(1, 0, "sent", 1.0, "initial", None, None),
-                    (2, 1, "received", 9.0, "handshake", None, None),
-                    (1, 2, "sent", 1.0, "handshake", None, None),
-                    (2, 3, "received", 9.5, "1RTT", None, None)], carried))
-    assert got == {(1, 0): (1, 0), (1, 2): (0, 0), (2, 1): (0, 9), (2, 3): (1, 10)}
+def test_same_time_in_coalescing_order_shares_a_datagram(store, tmp_path):
+    path = _write(tmp_path / "t.sqlog", [
+        _packet(5.0, "received", "initial", 0),
+        _packet(5.0, "received", "handshake", 1),  # coalesced behind the Initial
+        _packet(5.0, "received", "initial", 2),  # Initial after Handshake: a new datagram
+        _packet(5.0, "sent", "1RTT", 3),  # the other direction: a new datagram
+    ])
+    assert [d for _, _, d in _datagrams(store, path)] == [0, 0, 1, 2]
 
 
-def test_no_packets():
-    assert _datagram_ids(rows([])).num_rows == 0
+def test_checksum_groups_packets_and_a_missing_one_never_does(store, tmp_path):
+    path = _write(tmp_path / "t.sqlog", [
+        _packet(1.0, "received", "1RTT", 0, checksum=7),
+        _packet(2.0, "received", "1RTT", 1, checksum=7),  # same checksum (quic-go)
+        _packet(3.0, "received", "1RTT", 2),  # no checksum: not the same
+        _packet(4.0, "received", "1RTT", 3),
+    ])
+    assert [d for _, _, d in _datagrams(store, path)] == [0, 0, 1, 2]
+
+
+def test_packets_after_one_datagrams_received_share_it(store, tmp_path):
+    # aioquic logs datagrams_received before the packets of each datagram (and each packet at
+    # the time it was handled, so coalesced packets differ in time)
+    received = {"name": "transport:datagrams_received", "data": {"count": 1, "byte_length": 1252}}
+    path = _write(tmp_path / "t.sqlog", [
+        _packet(0.5, "received", "1RTT", 0),  # none logged yet: times decide
+        _packet(0.6, "received", "1RTT", 1),
+        dict(received, time=1.0),
+        _packet(1.1, "received", "initial", 2),
+        _packet(1.2, "received", "handshake", 3),  # after the same datagrams_received
+        dict(received, time=2.0),
+        _packet(2.1, "received", "handshake", 4),
+        _packet(2.2, "sent", "handshake", 5),  # sent: never grouped by datagrams_received
+        _packet(2.3, "sent", "1RTT", 6),
+    ], name="aioquic")
+    assert [d for _, _, d in _datagrams(store, path)] == [0, 1, 2, 2, 3, 4, 5]
+
+
+def test_each_connection_counts_its_own_datagrams_across_slices(store, tmp_path, monkeypatch):
+    # Two connections in one stream (quinn's group_id); slices of ~1 kB, so that the packets of
+    # one datagram fall into two slices: the first packet of a slice continues the datagram the
+    # previous slice ended with.
+    events = []
+    for k in range(6):
+        t = 10.0 * k
+        events += [_packet(t, "sent", "initial", 2 * k, group="one"),
+                   _packet(t + 1, "received", "initial", k, group="two"),
+                   _packet(t, "sent", "handshake", 2 * k + 1, group="one"),
+                   _packet(t + 1, "received", "1RTT", 100 + k, group="two"),
+                   _packet(t + 2, "received", "1RTT", 200 + k, group="two")]
+    path = _write(tmp_path / "t.sqlog", events)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 1000)
+    got = _datagrams(store, path)
+    one = [d for g, _, d in got if g == "one"]
+    two = [d for g, _, d in got if g == "two"]
+    assert one == [k for k in range(6) for _ in range(2)]
+    assert two == [2 * k + j for k in range(6) for j in (0, 0, 1)]
+    monkeypatch.undo()  # the same rows from one slice
+    with Store(tmp_path / "whole.duckdb") as whole:
+        assert _datagrams(whole, path) == got
+
+
+def test_a_trace_without_packets_has_no_datagrams(store, tmp_path):
+    path = _write(tmp_path / "t.sqlog", [{"time": 1.0, "name": "transport:connection_started", "data": {}}])
+    assert _datagrams(store, path) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import tempfile
 import zlib
 from pathlib import Path
@@ -403,27 +404,24 @@ def test_a_malformed_event_in_a_later_slice_of_one_array_refuses_the_file(tmp_pa
         assert snapshot(store) == before
 
 
-def test_an_element_longer_than_the_small_json_buffer_is_staged_again_with_a_large_one(tmp_path, monkeypatch):
-    # DuckDB's JSON reader sizes its buffers by maximum_object_size: a slice of a JSON document is
-    # staged with a small one (which the ingest's memory cap allows) and, when DuckDB finds an
-    # element longer than that, again with MAX_OBJECT_BYTES — not refused as malformed.
+def test_an_element_longer_than_a_slice_is_staged_whole_between_small_ones(store, tmp_path, monkeypatch):
+    # A slice of a JSON document ends at an element boundary: an element of 30 MB between 120 k
+    # small ones (10 MB slices) makes one slice of its own, not a refusal or a cut inside it.
     def ticks(start):
         return [{"time": float(i), "name": "quic:tick", "data": {"pad": "v" * 100}} for i in range(start, start + 60_000)]
     blob = {"time": 60_000.5, "name": "quic:blob", "data": {"payload": "ab" * 15_000_000}}
     path = write_json(tmp_path / "long.qlog", {"qlog_version": "0.3", "traces": [
         {"vantage_point": {"type": "client"}, "events": [*ticks(0), blob, *ticks(60_001)]}]})
     monkeypatch.setattr(reader, "WHOLE_JSON_BYTES", 0)  # (cut and staged, not parsed whole)
-    con = duckdb.connect()
-    with reader.open_source(path, con) as source:
-        staged = [(part.long_lines, ev.column("name").to_pylist(), ev.column("rec").to_pylist())
-                  for part, ev in reader.staged_slices(con, source)]
-    # (only the blob's slice is staged again; how the others fall depends on the slice size)
-    blob_slices = [(names, recs) for long, names, recs in staged if "quic:blob" in names]
-    assert len(blob_slices) == 1
-    assert all(long == ("quic:blob" in names) for long, names, _ in staged)
-    names, recs = blob_slices[0]
-    assert sum(len(n) for _, n, _ in staged) == 120_001
-    assert orjson.loads(recs[names.index("quic:blob")])["data"]["payload"] == "ab" * 15_000_000
+    staged = []
+    monkeypatch.setattr(reader, "stage", lambda con, source, part, real=reader.stage: staged.append(
+        os.path.getsize(part.path)) or real(con, source, part))
+    result = store.ingest(path)
+    assert result.status == "ingested" and result.events == 120_001
+    assert max(staged) > 30_000_000 and len(staged) >= 3
+    rows = store.con.execute("""SELECT event_index, length(data->>'$.payload') FROM other_events
+                                WHERE event_name = 'quic:blob'""").fetchall()
+    assert rows == [(60_000, 30_000_000)]
 
 
 @pytest.mark.parametrize("traces", [1, 2], ids=["one events array", "two events arrays"])
