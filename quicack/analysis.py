@@ -3,9 +3,10 @@
 Theory of operation: after a file's rows are normalized (same transaction), :func:`analyze` reads
 each new connection back out of DuckDB — the first :data:`HANDSHAKE_WINDOW` packets with their
 frames for :func:`quicack.classify.classify`, and the endpoint's sent packets, received ACK frames,
-losses, PTO expiries and confirmation for :func:`quicack.recovery.replay` — runs the pure code,
-and writes the results back: columns of ``connections`` and rows of ``rtt_samples``, each sample
-next to the metrics the implementation logged right after the same ACK.
+losses, PTO expiries and confirmation for the RFC 9002 replay (the native core's, for every
+connection at once; :mod:`quicack.recovery` is its Python face) — runs the pure code, and writes
+the results back: columns of ``connections`` and rows of ``rtt_samples``, each sample next to the
+metrics the implementation logged right after the same ACK.
 
 Whose view is replayed: the vantage point's (client or server).  A network capture is replayed as
 the client's view (its ``flow``, 'client' unless the trace says otherwise): exact when captured at
@@ -15,16 +16,12 @@ the client host, as scanners and browsers' captures are.
 from __future__ import annotations
 
 import functools
-import itertools
-import operator
-from array import array
 from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from . import recovery
+from . import native, recovery
 from .rows import arrow_table
 from .classify import IACK, IACK_PING, WFC, Close, Handshake, classify
 from .model import Frame, Packet
@@ -41,11 +38,6 @@ _HANDSHAKE_COLUMNS = (
 _REPLAY_COLUMNS = ("replay_endpoint", "replay_samples", "first_rtt_sample_ms", "first_pto_ms",
                    "counterfactual_first_pto_ms", "replay_notes")
 _RP_TYPES = tuple(zip(_REPLAY_COLUMNS, ("VARCHAR", "INTEGER", "DOUBLE", "DOUBLE", "DOUBLE", "VARCHAR[]")))
-
-_SAMPLE_FIELDS = ("connection_id", "event_index", "time_ms", "packet_number_space", "largest_acknowledged",
-                  "latest_rtt_ms", "ack_delay_ms", "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms",
-                  "smoothed_rtt_ms", "rttvar_ms", "pto_ms", "pto_count", "pto_backoff_ms",
-                  "handshake_confirmed", "flags")
 
 
 def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
@@ -177,14 +169,6 @@ def _ranges(ranges, largest) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
-def _flat_ranges(flat, largest) -> tuple[tuple[int, int], ...]:
-    """:func:`_ranges` of ranges flattened as [low1, high1, low2, high2, …] (one step when no
-    value is missing, as in nearly every ACK)."""
-    if flat and None not in flat:
-        return tuple(zip(flat[::2], flat[1::2]))
-    return _ranges(list(zip(flat[::2], flat[1::2])) if flat else (), largest)
-
-
 def _fill_sql_figures(con, first_id: int) -> None:
     """Figures cheaper in SQL: HANDSHAKE_DONE, first response byte, server transport parameters,
     the exponent the first ACK delay was decoded with."""
@@ -252,17 +236,22 @@ _VIEWS_SQL = """
     FROM connections c WHERE connection_id >= $first AND vantage IN ('client', 'server', 'network')
 """
 
-_SENT_SQL = """
-    SELECT p.connection_id, p.packet_number_space, p.packet_number, p.time_ms,
-           coalesce(p.ack_eliciting, true), p.event_index
+#: packet number spaces as the native replay numbers them
+_SPACE = "(CASE {} WHEN 'initial' THEN 0 WHEN 'handshake' THEN 1 WHEN 'application_data' THEN 2 END)::BIGINT"
+
+_SENT_SQL = f"""
+    SELECT p.connection_id, {_SPACE.format("p.packet_number_space")} AS space, p.packet_number, p.time_ms,
+           coalesce(p.ack_eliciting, true) AS eliciting, p.event_index
     FROM packets p JOIN rv USING (connection_id)
     WHERE p.connection_id >= $first AND p.sender = rv.me AND p.packet_number IS NOT NULL
           AND p.packet_number_space IS NOT NULL
-    ORDER BY p.connection_id, p.packet_number_space, p.packet_number, p.event_index
+    ORDER BY p.connection_id, space, p.packet_number, p.event_index
 """
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
+    SELECT connection_id, event_index, k::BIGINT, time_ms, """ + _SPACE.format("space") + """, pn, ranges, value
+    FROM (
     SELECT f.connection_id, f.event_index, 1 AS k, p.time_ms, p.packet_number_space AS space,
            f.largest_acknowledged AS pn, flatten(f.acked_ranges) AS ranges, f.ack_delay_ms AS value
     FROM frames f JOIN packets p USING (connection_id, event_index) JOIN rv USING (connection_id)
@@ -306,7 +295,7 @@ _EVENT_SQL = """
     UNION ALL
     SELECT p.connection_id, p.event_index, 7, p.time_ms, NULL, NULL, NULL, NULL
     FROM packets p JOIN rv USING (connection_id)
-    WHERE p.connection_id >= $first AND p.packet_type = 'retry' AND rv.me = 'client'
+    WHERE p.connection_id >= $first AND p.packet_type = 'retry' AND rv.me = 'client')
     ORDER BY 1, 2, 3
 """
 
@@ -314,171 +303,38 @@ _EVENT_SQL = """
 def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tuple]:
     """Replay every new connection, store its samples in rtt_samples and return its rp row."""
     con.execute(_VIEWS_SQL, {"first": first_id})
-    views = con.execute("SELECT connection_id, me, pto_observable FROM rv ORDER BY 1").fetchall()
-    if not views:
-        return []
-    sent = _sent_logs(con, first_id)
-    events = _EventStream(con, first_id)
-    rows, batches = [], []
-    columns = _SampleColumns()
-    for cid, me, pto_observable in views:
-        # Samples leave Python objects for Arrow batches of about SAMPLE_BATCH rows (of one or
-        # many connections: a batch per connection costs ~0.3 ms each in pyarrow), a long
-        # connection's while it is replayed.
-        def sink(samples: list[recovery.Sample], cid: int = cid) -> None:
-            batches.extend(columns.add(cid, samples))
-        result = recovery.replay(events.of(cid), is_client=me == "client", pto_observable=bool(pto_observable),
-                                 sent=sent.pop(cid, {}), sink=sink)
-        sink(result.samples)
+    try:
+        views = con.execute("SELECT connection_id, me, pto_observable FROM rv ORDER BY 1").fetchall()
+        if not views:
+            return []
+        samples, stats = _replayed(con, first_id, views)
+    finally:
+        con.execute("DROP TABLE IF EXISTS rv")
+    if samples.num_rows:
+        _insert_samples(con, first_id, samples)
+    rows = []
+    for (cid, me, _), (_, count, without, unknown, lowest, first_row) in zip(views, stats):
+        first = [] if first_row is None else recovery.samples_of(samples.slice(first_row, 1))
+        result = recovery.Replay(samples=first, acks_without_sample=without, acks_of_unknown_packets=unknown,
+                                 sample_count=count, lowest_min_rtt_ms=lowest)
         rows.append(_replay_row(cid, me, result, handshakes.get(cid)))
-    if columns.rows:
-        batches.append(columns.batch())
-    if batches:
-        _insert_samples(con, first_id, pa.Table.from_batches(batches))
-    con.execute("DROP TABLE IF EXISTS rv")
     return rows
 
 
-#: RTT samples converted to one Arrow batch at a time
-SAMPLE_BATCH = 8192
-
-#: a sample's values in the order of _SAMPLE_FIELDS (connection_id excepted)
-_SAMPLE_GETTER = operator.attrgetter(
-    "event_index", "time_ms", "space", "largest_acknowledged", "latest_rtt_ms", "ack_delay_ms",
-    "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms", "smoothed_rtt_ms", "rttvar_ms", "pto_ms", "pto_count",
-    "pto_backoff_ms", "handshake_confirmed", "flags")
-
-
-class _SampleColumns:
-    """RTT samples gathered as columns, turned into one Arrow batch at a time."""
-
-    def __init__(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in _SAMPLE_FIELDS}
-        self.rows = 0
-
-    def add(self, cid: int, samples: list[recovery.Sample]) -> list[pa.RecordBatch]:
-        """Take a connection's samples; return the batches that filled up meanwhile."""
-        full = []
-        for start in range(0, len(samples), SAMPLE_BATCH):
-            part = samples[start:start + SAMPLE_BATCH]
-            # a column at a time, transposed in C (attrgetter, zip): not a Python loop per value
-            values = zip(*map(_SAMPLE_GETTER, part))
-            self.columns["connection_id"].extend([cid] * len(part))
-            for name, column in zip(_SAMPLE_FIELDS[1:], values):
-                self.columns[name].extend(column)
-            self.rows += len(part)
-            if self.rows >= SAMPLE_BATCH:
-                full.append(self.batch())
-        return full
-
-    def batch(self) -> pa.RecordBatch:
-        out = pa.RecordBatch.from_pydict({name: pa.array(values, type=_arrow_type(name))
-                                          for name, values in self.columns.items()})
-        self.columns = {name: [] for name in _SAMPLE_FIELDS}
-        self.rows = 0
-        return out
-
-
-def _sent_logs(con, first_id: int) -> dict[int, dict[str, recovery.SentLog]]:
-    """Every replayed endpoint's sent packets as columns, per connection and space: typed arrays
-    copied from Arrow buffers (no Python object per packet), a record batch at a time (a long
-    connection's half million packets are never held as an Arrow table beside the arrays)."""
-    arrays = [array(code) for code in "qdbq"]
-    runs: list[list] = []  # [cid, space, start, end] in row order, merged across batches
-    rows = 0
-    for batch in con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_reader(SENT_BATCH_ROWS):
-        if not batch.num_rows:
-            continue
-        for out, i, code in zip(arrays, range(2, 6), "qdbq"):
-            _typed(batch.column(i), code, out)
-        for cid, space, start, end in _runs(batch.column(0), batch.column(1)):
-            if runs and runs[-1][0] == cid and runs[-1][1] == space:
-                runs[-1][3] = rows + end
-            else:
-                runs.append([cid, space, rows + start, rows + end])
-        rows += batch.num_rows
+def _replayed(con, first_id: int, views: list[tuple]) -> tuple[pa.Table, list[tuple]]:
+    """The native replay (:func:`quicack._native.replay`) of the connections ``views`` (rows of
+    ``rv``): every endpoint's sent packets and other events handed over as Arrow columns at
+    once.  Returns the samples (the columns of ``rtt_samples`` up to ``flags``) and, per view,
+    (connection_id, samples, ACKs without a sample, ACKs of packets not in the trace, lowest
+    min_rtt, the row of its first sample)."""
+    sent = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
+    events = con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_table()
+    table, stats = native.replay([(cid, me == "client", bool(observable)) for cid, me, observable in views],
+                                 tuple(native.column(c) for c in sent.columns),
+                                 tuple(native.column(c) for c in events.columns), True)
+    del sent, events
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
-    # (each run a zero-copy view of the columns: slices of the arrays would copy a long
-    # connection's packets once more)
-    columns = [memoryview(a) for a in arrays]
-    logs: dict[int, dict[str, recovery.SentLog]] = {}
-    for cid, space, start, end in runs:
-        logs.setdefault(cid, {})[space] = recovery.SentLog(*(col[start:end] for col in columns), presorted=True)
-    return logs
-
-
-#: rows of sent packets fetched at a time
-SENT_BATCH_ROWS = 65536
-
-
-def _runs(*keys: pa.ChunkedArray) -> list[tuple]:
-    """The runs of equal (non-null) keys of sorted columns: (key values…, start, end) each.
-    Where a key changes, by Arrow compute (``Table.group_by`` would load pyarrow's dataset
-    modules, ~35 ms of imports)."""
-    n = len(keys[0])
-    if not n:
-        return []
-    arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
-    change = pc.not_equal(arrays[0].slice(1), arrays[0].slice(0, n - 1))
-    for a in arrays[1:]:
-        change = pc.or_(change, pc.not_equal(a.slice(1), a.slice(0, n - 1)))
-    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
-    values = [a.take(pa.array(starts, pa.int64())).to_pylist() for a in arrays]
-    return [(*key, start, end) for *key, start, end in zip(*values, starts, starts[1:] + [n])]
-
-
-def _typed(column: pa.ChunkedArray | pa.Array, code: str, out: array | None = None) -> array:
-    """A non-null Arrow column as an ``array.array`` of type ``code`` ('q' int64, 'd' float64,
-    'b' int8 for booleans), copied from its buffers (appended to ``out`` if given)."""
-    arrow_type = {"q": pa.int64(), "d": pa.float64(), "b": pa.int8()}[code]
-    out = array(code) if out is None else out
-    cast = column.cast(arrow_type)
-    for chunk in cast.chunks if isinstance(cast, pa.ChunkedArray) else (cast,):
-        width = out.itemsize
-        data = chunk.buffers()[1]
-        out.frombytes(memoryview(data)[chunk.offset * width:(chunk.offset + len(chunk)) * width])
-    return out
-
-
-class _EventStream:
-    """The replay's other events of all connections, streamed in record batches, handed out one
-    connection at a time (in connection order)."""
-
-    def __init__(self, con, first_id: int):
-        batches = con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_reader(65536)
-        # every row of every batch, one batch turned into Python values at a time
-        self._rows: Iterator = itertools.chain.from_iterable(
-            zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))) for batch in batches)
-        self._pending: tuple | None = None  # the first row of the next connection
-
-    def of(self, cid: int) -> Iterator:
-        rows = self._rows
-        if self._pending is not None:
-            rows, self._pending = itertools.chain((self._pending,), rows), None
-        for row in rows:
-            if row[0] < cid:
-                continue  # a connection that is not replayed
-            if row[0] > cid:
-                self._pending = row
-                return
-            _, at, k, t, space, pn, ranges, value = row
-            if k == 1:
-                yield recovery.AckReceived(t, space, _flat_ranges(ranges, pn), value, at)
-            elif k == 2:
-                yield recovery.Lost(t, space, pn, at)
-            elif k == 3:
-                yield recovery.PtoExpired(t, at)
-            elif k == 4:
-                yield recovery.SpaceDiscarded(t, space, at)
-            elif k == 5:
-                yield recovery.HandshakeConfirmed(t, at)
-                # RFC 9001 §4.9.2: "An endpoint MUST discard its Handshake keys when the TLS
-                # handshake is confirmed"
-                yield recovery.SpaceDiscarded(t, recovery.HANDSHAKE, at)
-            elif k == 6:
-                yield recovery.PeerMaxAckDelay(t, value)
-            else:
-                yield recovery.RetryReceived(t, at)
+    return native.table(table), stats
 
 
 _SAMPLE_COLUMNS = ("connection_id, event_index, time_ms, packet_number_space, largest_acknowledged, "
@@ -559,20 +415,6 @@ def _insert_samples(con, first_id: int, table: pa.Table) -> None:
         ORDER BY connection_id, event_index""", {"first": first_id})
 
 
-def _arrow_type(name: str) -> pa.DataType:
-    if name in ("connection_id", "event_index", "largest_acknowledged"):
-        return pa.int64()
-    if name == "pto_count":
-        return pa.int32()
-    if name == "packet_number_space":
-        return pa.string()
-    if name == "handshake_confirmed":
-        return pa.bool_()
-    if name == "flags":
-        return pa.list_(pa.string())
-    return pa.float64()
-
-
 def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Handshake | None) -> tuple:
     """The connection's replay columns (``_REPLAY_COLUMNS``)."""
     notes = []
@@ -612,8 +454,9 @@ def replay_view(con: duckdb.DuckDBPyConnection, connection_id: int, endpoint: st
         SELECT ?::BIGINT AS connection_id, ?::VARCHAR AS me, false AS pto_observable""",
                 [connection_id, endpoint])
     try:
-        sent = _sent_logs(con, connection_id)
-        return recovery.replay(_EventStream(con, connection_id).of(connection_id), is_client=endpoint == "client",
-                               sent=sent.get(connection_id, {}))
+        samples, [(_, count, without, unknown, lowest, _)] = _replayed(
+            con, connection_id, [(connection_id, endpoint, False)])
     finally:
         con.execute("DROP TABLE IF EXISTS rv")
+    return recovery.Replay(samples=recovery.samples_of(samples), acks_without_sample=without,
+                           acks_of_unknown_packets=unknown, sample_count=count, lowest_min_rtt_ms=lowest)

@@ -4,19 +4,23 @@ Theory of operation: ``quicack._native`` (Rust, ``native/``) hands each table it
 columns of raw Arrow buffers — ``(name, type, length, validity, buffers)`` with the buffers as
 ``bytes`` — so that nothing is converted value by value in Python.  :func:`table` wraps them
 with ``pyarrow.Array.from_buffers`` (no copy) into a ``pyarrow.Table`` whose columns are in the
-order of the store table they go into, ready for ``INSERT INTO … SELECT * FROM``.
+order of the store table they go into, ready for ``INSERT INTO … SELECT * FROM``.  The other
+way, :func:`column` hands an Arrow column's buffers in (the RFC 9002 replay's input).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ._native import Normalizer, StageError, Staged, UntimedPacket, array_elements, stage  # noqa: F401
+from ._native import (Normalizer, RttEstimator, StageError, Staged, UntimedPacket, array_elements,  # noqa: F401
+                      replay, stage)
 
 _TYPES = {"int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(), "bool": pa.bool_(),
           "large_string": pa.large_string()}
 #: frames.acked_ranges: BIGINT[][]
 RANGES = pa.list_(pa.list_(pa.int64()))
+#: rtt_samples.flags: VARCHAR[]
+TEXTS = pa.list_(pa.large_string())
 
 
 def _array(kind: str, n: int, validity: bytes | None, buffers: list) -> pa.Array:
@@ -29,6 +33,11 @@ def _array(kind: str, n: int, validity: bytes | None, buffers: list) -> pa.Array
         pairs = pa.Array.from_buffers(pa.list_(pa.int64()), count // 2,
                                       [None, _pair_offsets(count // 2)], children=[flat])
         return pa.Array.from_buffers(RANGES, n, [valid, pa.py_buffer(outer)], children=[pairs])
+    if kind == "texts":
+        outer, offsets, data = buffers
+        items = pa.Array.from_buffers(pa.large_string(), len(offsets) // 8 - 1, [None, pa.py_buffer(offsets),
+                                                                             pa.py_buffer(data)])
+        return pa.Array.from_buffers(TEXTS, n, [valid, pa.py_buffer(outer)], children=[items])
     return pa.Array.from_buffers(_TYPES[kind], n, [valid, *(pa.py_buffer(b) for b in buffers)])
 
 
@@ -40,3 +49,16 @@ def _pair_offsets(pairs: int) -> pa.Buffer:
 def table(columns: list[tuple]) -> pa.Table:
     """A table from the native core's columns."""
     return pa.table({name: _array(kind, n, validity, buffers) for name, kind, n, validity, buffers in columns})
+
+
+def column(array: pa.Array | pa.ChunkedArray) -> tuple:
+    """An int64, float64 or bool column (or a list of int64) as the native core reads it:
+    (length, offset, validity, values) or, for a list, (length, offset, validity, offsets, values)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    buffers = array.buffers()
+    validity = buffers[0].to_pybytes() if array.null_count and buffers[0] is not None else None
+    data = buffers[1].to_pybytes() if buffers[1] is not None else b""
+    if pa.types.is_list(array.type):
+        return len(array), array.offset, validity, data, column(array.values)
+    return len(array), array.offset, validity, data

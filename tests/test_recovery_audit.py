@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from quicack.recovery import (
-    APPLICATION, FIRST_PTO_MS, HANDSHAKE, INITIAL, K_GRANULARITY_MS, K_INITIAL_RTT_MS, SINK_SAMPLES,
+    APPLICATION, FIRST_PTO_MS, HANDSHAKE, INITIAL, K_GRANULARITY_MS, K_INITIAL_RTT_MS,
     AckReceived, HandshakeConfirmed, Lost, PtoExpired, RetryReceived, RttEstimator, Sent,
     SpaceDiscarded, first_pto_after, initial_pto_ms, replay,
 )
@@ -183,18 +183,6 @@ def test_an_ack_frame_without_ranges_counts_as_an_ack_without_sample():
 def test_an_unknown_event_is_refused():
     with pytest.raises(TypeError):
         replay([Sent(0.0, INITIAL, 0, True), ("ack", 10.0)], is_client=True)
-
-
-def test_a_sink_receives_chunks_of_exactly_sink_samples():
-    # replay()'s contract: "samples after the first are handed to it in lists of SINK_SAMPLES".
-    n = 2 * SINK_SAMPLES + 3
-    events = []
-    for pn in range(n):
-        events += [Sent(float(pn), APPLICATION, pn, True), ack(pn + 10.0, APPLICATION, (pn, pn))]
-    chunks = []
-    r = replay(events, is_client=True, sink=chunks.append)
-    assert [len(c) for c in chunks] == [SINK_SAMPLES, SINK_SAMPLES]
-    assert len(r.samples) == n - 2 * SINK_SAMPLES and r.sample_count == n
 
 
 # --- quicack's inflated-first-sample flag (its documented rule, not the RFC's) ----------------------

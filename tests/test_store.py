@@ -196,7 +196,6 @@ def test_a_gzip_json_document_cut_short_keeps_its_complete_events(store, tmp_pat
     {"name": "recovery:packet_lost", "data": {"header": {"packet_type": "1RTT", "packet_number": 1}}},
     {"name": "transport:packet_dropped", "data": {"packet_type": "initial"}},
     {"name": "recovery:loss_timer_updated", "data": {"event_type": "set"}},
-    {"name": "transport:parameters_set", "data": {"owner": "remote", "max_ack_delay": 25}},
 ], ids=lambda e: e["name"])
 def test_any_event_with_a_table_of_its_own_needs_a_time(store, tmp_path, event):
     # their time_ms is NOT NULL, as a packet's is: refused with a message that names the event

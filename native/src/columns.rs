@@ -53,6 +53,8 @@ pub enum Data {
     Text { offsets: Vec<i64>, bytes: Vec<u8> },
     /// BIGINT[][]: ranges of two values each
     Ranges { outer: Vec<i32>, values: Vec<i64>, value_validity: Validity },
+    /// VARCHAR[] (never NULL inside)
+    Texts { outer: Vec<i32>, offsets: Vec<i64>, bytes: Vec<u8> },
 }
 
 pub struct Column {
@@ -86,6 +88,14 @@ impl Column {
                     value_validity.to_py(py),
                 ],
             ),
+            Data::Texts { outer, offsets, bytes } => (
+                "texts",
+                vec![
+                    PyBytes::new(py, bytes_of(outer)).into_any(),
+                    PyBytes::new(py, bytes_of(offsets)).into_any(),
+                    PyBytes::new(py, bytes).into_any(),
+                ],
+            ),
         };
         let buffers = PyList::new(py, buffers)?;
         PyTuple::new(py, [self.name.into_pyobject(py)?.into_any(), tag.into_pyobject(py)?.into_any(),
@@ -116,7 +126,30 @@ pub fn ranges(name: &'static str) -> Column {
     }
 }
 
+pub fn text_lists(name: &'static str) -> Column {
+    Column {
+        name,
+        data: Data::Texts { outer: vec![0], offsets: vec![0], bytes: Vec::new() },
+        validity: Validity::default(),
+    }
+}
+
 impl Column {
+    /// A list of texts (never NULL).
+    #[inline]
+    pub fn texts<'a>(&mut self, items: impl IntoIterator<Item = &'a str>) {
+        if let Data::Texts { outer, offsets, bytes } = &mut self.data {
+            for item in items {
+                bytes.extend_from_slice(item.as_bytes());
+                offsets.push(bytes.len() as i64);
+            }
+            outer.push((offsets.len() - 1) as i32);
+            self.validity.push(true);
+        } else {
+            unreachable!("{}: not VARCHAR[]", self.name)
+        }
+    }
+
     #[inline]
     pub fn i64(&mut self, v: Option<i64>) {
         if let Data::I64(values) = &mut self.data {

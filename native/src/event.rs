@@ -560,21 +560,18 @@ impl Stager<'_, '_> {
             if d.kind(0) != Kind::Object {
                 (None, None, None, None, Data::Range(d.tape[0].start as u32, d.tape[0].end as u32))
             } else {
-                let time = d.get(root, "time").and_then(|i| d.f64(i));
-                let name = match d.get(root, "name").and_then(|i| d.text(i)) {
+                let v: [_; RECORD_KEYS] = members(&d, root, record_key);
+                let text = |i: usize| v[i].and_then(|x| d.text(x));
+                let time = v[0].and_then(|i| d.f64(i));
+                let name = match text(1) {
                     Some(n) => Some(n),
-                    None => {
-                        let category = d.get(root, "category").and_then(|i| d.text(i));
-                        let event = d.first(root, &["event", "type"], |d, i| d.text(i));
-                        match (category, event) {
-                            (Some(c), Some(e)) => Some(Cow::Owned(format!("{c}:{e}"))),
-                            _ => None,
-                        }
-                    }
+                    None => match (text(2), text(3).or_else(|| text(4))) {
+                        (Some(c), Some(e)) => Some(Cow::Owned(format!("{c}:{e}"))),
+                        _ => None,
+                    },
                 };
-                let group = d.get(root, "group_id").and_then(|i| d.text(i));
                 let whole = Data::Range(d.tape[0].start as u32, d.tape[0].end as u32);
-                (time, name, group, d.get(root, "data"), whole)
+                (time, name, text(5), v[6], whole)
             }
         } else {
             // draft events: [time, category, event, data] in the order event_fields name them
@@ -681,38 +678,96 @@ fn raw_packet_type<'a>(d: &Doc<'a>, data: Option<usize>, header: Option<usize>, 
         .or_else(|| if text(header, "form").as_deref() == Some("short") { Some(Cow::Borrowed("1RTT")) } else { None })
 }
 
+/// Keys of an object read in one pass over its members: `$keys` gets the index of each key (a
+/// `match`, so a member costs a comparison or two however many keys are asked for), `$n` their
+/// number.
+macro_rules! keys {
+    ($keys:ident, $n:ident { $($idx:literal => $key:literal),* $(,)? }) => {
+        const $n: usize = [$($idx),*].len();
+        fn $keys(k: &[u8]) -> Option<usize> {
+            match k {
+                $($key => Some($idx),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+/// The value of each key of `index` in object `obj` (the first, if logged twice).
+#[inline]
+fn members<const N: usize>(d: &Doc, obj: Option<usize>, index: fn(&[u8]) -> Option<usize>) -> [Option<usize>; N] {
+    let mut found = [None; N];
+    for (key, value) in d.members(obj) {
+        if let Some(i) = index(&key) {
+            found[i].get_or_insert(value);
+        }
+    }
+    found
+}
+
+/// The first of the values `at` (indexes into `found`) that converts with `f`.
+#[inline]
+fn first_of<T>(d: &Doc, found: &[Option<usize>], at: &[usize], f: impl Fn(&Doc, usize) -> Option<T>) -> Option<T> {
+    at.iter().find_map(|&i| found[i].and_then(|v| f(d, v)))
+}
+
+keys!(record_key, RECORD_KEYS {
+    0 => b"time", 1 => b"name", 2 => b"category", 3 => b"event", 4 => b"type", 5 => b"group_id", 6 => b"data",
+});
+keys!(packet_key, PACKET_KEYS {
+    0 => b"header", 1 => b"raw", 2 => b"packet_type", 3 => b"packet_size", 4 => b"packet_number",
+    5 => b"datagram_id", 6 => b"datagram_payload_checksum", 7 => b"frames",
+});
+keys!(header_key, HEADER_KEYS {
+    0 => b"packet_type", 1 => b"type", 2 => b"form", 3 => b"packet_number", 4 => b"packet_size", 5 => b"length",
+    6 => b"datagram_id", 7 => b"scid", 8 => b"dcid",
+});
+
 fn packet(d: &Doc, data: Option<usize>, frames: &mut Vec<Frame>, ranges: &mut Vec<(Option<i64>, Option<i64>)>)
           -> Packet {
-    let header = d.get(data, "header");
-    let raw = d.get(data, "raw");
-    let ptype = raw_packet_type(d, data, header, false).map_or(PType::Other("unknown".into()), |t| PType::of(&t));
-    let size = d.first(raw, &["length"], i64_)
-        .or_else(|| d.first(header, &["packet_size"], i64_))
-        .or_else(|| d.first(data, &["packet_size"], i64_))
-        .or_else(|| d.first(header, &["length"], i64_));
+    let p: [_; PACKET_KEYS] = members(d, data, packet_key);
+    let h: [_; HEADER_KEYS] = members(d, p[0], header_key);
+    let text = |v: Option<usize>| v.and_then(|i| d.text(i));
+    // the packet type as logged: the first spelling present, or '1RTT' for a short header
+    let raw_type = text(h[0]).or_else(|| text(p[2])).or_else(|| text(h[1])).or_else(|| {
+        if text(h[2]).as_deref() == Some("short") { Some(Cow::Borrowed("1RTT")) } else { None }
+    });
+    let size = d.first(p[1], &["length"], i64_)
+        .or_else(|| first_of(d, &h, &[4], i64_))
+        .or_else(|| first_of(d, &p, &[3], i64_))
+        .or_else(|| first_of(d, &h, &[5], i64_));
     let first_frame = frames.len();
-    for f in d.elements(d.get(data, "frames")) {
+    for f in d.elements(p[7]) {
         let f = frame(d, f, ranges);
         frames.push(f);
     }
-    let frames = (first_frame as u32, (frames.len() - first_frame) as u32);
     Packet {
-        ptype,
-        packet_number: d.first(header, &["packet_number"], i64_).or_else(|| d.first(data, &["packet_number"], i64_)),
+        ptype: raw_type.map_or(PType::Other("unknown".into()), |t| PType::of(&t)),
+        packet_number: first_of(d, &h, &[3], i64_).or_else(|| first_of(d, &p, &[4], i64_)),
         size: i32_of(size),
-        datagram_id: d.first(data, &["datagram_id"], i64_).or_else(|| d.first(header, &["datagram_id"], i64_)),
-        checksum: d.first(data, &["datagram_payload_checksum"], i64_),
-        scid: d.first(header, &["scid"], txt),
-        dcid: d.first(header, &["dcid"], txt),
-        frames,
+        datagram_id: first_of(d, &p, &[5], i64_).or_else(|| first_of(d, &h, &[6], i64_)),
+        checksum: first_of(d, &p, &[6], i64_),
+        scid: first_of(d, &h, &[7], txt),
+        dcid: first_of(d, &h, &[8], txt),
+        frames: (first_frame as u32, (frames.len() - first_frame) as u32),
     }
 }
 
+keys!(frame_key, FRAME_KEYS {
+    0 => b"frame_type", 1 => b"type", 2 => b"ack_delay", 3 => b"frame_type.ack.ack_delay", 4 => b"acked_ranges",
+    5 => b"largest_acknowledged", 6 => b"frame_type.ack.largest_acknowledged", 7 => b"ce", 8 => b"offset",
+    9 => b"frame_type.crypto.offset", 10 => b"stream.offset", 11 => b"length", 12 => b"len", 13 => b"raw",
+    14 => b"frame_type.crypto.length", 15 => b"stream.length", 16 => b"stream_id", 17 => b"stream.stream_id",
+    18 => b"id", 19 => b"fin", 20 => b"sequence_number", 21 => b"ack_eliciting_threshold",
+    22 => b"packet_tolerance", 23 => b"request_max_ack_delay", 24 => b"update_max_ack_delay",
+    25 => b"max_ack_delay", 26 => b"reordering_threshold", 27 => b"reorder_threshold",
+});
+
 fn frame(d: &Doc, f: usize, all_ranges: &mut Vec<(Option<i64>, Option<i64>)>) -> Frame {
-    let o = Some(f);
-    let text = |key| d.get(o, key).and_then(|i| d.text(i));
-    let ftype = FType::of(text("frame_type"), text("type"));
-    let ranges = d.get(o, "acked_ranges").filter(|&i| d.kind(i) == Kind::Array).map(|r| {
+    let v: [_; FRAME_KEYS] = members(d, Some(f), frame_key);
+    let text = |i: usize| v[i].and_then(|x| d.text(x));
+    let ftype = FType::of(text(0), text(1));
+    let ranges = v[4].filter(|&i| d.kind(i) == Kind::Array).map(|r| {
         let start = all_ranges.len();
         for range in d.elements(Some(r)) {
             let mut values = d.elements(Some(range).filter(|&i| d.kind(i) == Kind::Array));
@@ -723,29 +778,29 @@ fn frame(d: &Doc, f: usize, all_ranges: &mut Vec<(Option<i64>, Option<i64>)>) ->
         (start as u32, (all_ranges.len() - start) as u32)
     });
     let largest = ranges.and_then(|(s, n)| all_ranges[s as usize..(s + n) as usize].iter().filter_map(|&(_, hi)| hi).max())
-        .or_else(|| d.first(o, &["largest_acknowledged", "frame_type.ack.largest_acknowledged"], i64_));
+        .or_else(|| first_of(d, &v, &[5, 6], i64_));
     let in_data = matches!(ftype, FType::Crypto | FType::Stream);
     let sized = in_data || matches!(&ftype, FType::Padding) || ftype.as_str() == "datagram";
     let length = if sized {
-        d.first(o, &["length", "len"], i64_)
-            .or_else(|| d.first(d.get(o, "raw"), &["payload_length"], i64_))
-            .or_else(|| d.first(o, &["frame_type.crypto.length", "stream.length"], i64_))
+        first_of(d, &v, &[11, 12], i64_)
+            .or_else(|| d.first(v[13], &["payload_length"], i64_))
+            .or_else(|| first_of(d, &v, &[14, 15], i64_))
     } else {
         None
     };
     Frame {
-        ack_delay: d.first(o, &["ack_delay", "frame_type.ack.ack_delay"], f64_),
+        ack_delay: first_of(d, &v, &[2, 3], f64_),
         largest_acknowledged: largest,
         ranges,
-        ce: d.first(o, &["ce"], i64_),
-        offset: if in_data { d.first(o, &["offset", "frame_type.crypto.offset", "stream.offset"], i64_) } else { None },
+        ce: first_of(d, &v, &[7], i64_),
+        offset: if in_data { first_of(d, &v, &[8, 9, 10], i64_) } else { None },
         length,
-        stream_id: d.first(o, &["stream_id", "stream.stream_id", "id"], i64_),
-        fin: if ftype == FType::Stream { Some(d.get(o, "fin").and_then(|i| d.boolean(i)).unwrap_or(false)) } else { None },
-        sequence_number: d.first(o, &["sequence_number"], i64_),
-        ack_eliciting_threshold: d.first(o, &["ack_eliciting_threshold", "packet_tolerance"], i64_),
-        request_max_ack_delay: d.first(o, &["request_max_ack_delay", "update_max_ack_delay", "max_ack_delay"], f64_),
-        reordering_threshold: d.first(o, &["reordering_threshold", "reorder_threshold"], i64_),
+        stream_id: first_of(d, &v, &[16, 17, 18], i64_),
+        fin: if ftype == FType::Stream { Some(v[19].and_then(|i| d.boolean(i)).unwrap_or(false)) } else { None },
+        sequence_number: first_of(d, &v, &[20], i64_),
+        ack_eliciting_threshold: first_of(d, &v, &[21, 22], i64_),
+        request_max_ack_delay: first_of(d, &v, &[23, 24, 25], f64_),
+        reordering_threshold: first_of(d, &v, &[26, 27], i64_),
         raw: (d.tape[f].start as u32, d.tape[f].end as u32),
         ftype,
     }
@@ -766,15 +821,21 @@ fn params(d: &Doc, data: Option<usize>) -> Params {
     }
 }
 
+keys!(metrics_key, METRICS_KEYS {
+    0 => b"latest_rtt", 1 => b"min_rtt", 2 => b"smoothed_rtt", 3 => b"rtt_variance", 4 => b"rttvar",
+    5 => b"rtt_var", 6 => b"pto_count", 7 => b"congestion_window", 8 => b"cwnd", 9 => b"bytes_in_flight",
+});
+
 fn metrics(d: &Doc, data: Option<usize>) -> Metrics {
+    let v: [_; METRICS_KEYS] = members(d, data, metrics_key);
     Metrics {
-        latest_rtt: d.first(data, &["latest_rtt"], f64_),
-        min_rtt: d.first(data, &["min_rtt"], f64_),
-        smoothed_rtt: d.first(data, &["smoothed_rtt"], f64_),
-        rtt_variance: d.first(data, &["rtt_variance", "rttvar", "rtt_var"], f64_),
-        pto_count: i32_of(d.first(data, &["pto_count"], i64_)),
-        congestion_window: d.first(data, &["congestion_window", "cwnd"], i64_),
-        bytes_in_flight: d.first(data, &["bytes_in_flight"], i64_),
+        latest_rtt: first_of(d, &v, &[0], f64_),
+        min_rtt: first_of(d, &v, &[1], f64_),
+        smoothed_rtt: first_of(d, &v, &[2], f64_),
+        rtt_variance: first_of(d, &v, &[3, 4, 5], f64_),
+        pto_count: i32_of(first_of(d, &v, &[6], i64_)),
+        congestion_window: first_of(d, &v, &[7, 8], i64_),
+        bytes_in_flight: first_of(d, &v, &[9], i64_),
     }
 }
 

@@ -327,6 +327,15 @@ impl<'a> Doc<'a> {
         None
     }
 
+    /// The members of object `obj`: (key as written, escapes resolved; value), in order (none
+    /// when `obj` is no object).
+    pub fn members(&self, obj: Option<usize>) -> Members<'_, 'a> {
+        match obj {
+            Some(o) if self.tape[o].kind == Kind::Object => Members { doc: self, at: o + 1, end: self.tape[o].next },
+            _ => Members { doc: self, at: 0, end: 0 },
+        }
+    }
+
     /// The first of `keys` whose value converts (to a number, text, …) with `f`.
     #[inline]
     pub fn first<T>(&self, obj: Option<usize>, keys: &[&str], f: impl Fn(&Self, usize) -> Option<T>) -> Option<T> {
@@ -408,6 +417,28 @@ impl<'a> Doc<'a> {
             "false" | "f" | "no" | "n" | "0" => Some(false),
             _ => None,
         }
+    }
+}
+
+pub struct Members<'d, 'a> {
+    doc: &'d Doc<'a>,
+    at: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for Members<'_, 'a> {
+    type Item = (Cow<'a, [u8]>, usize);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.end {
+            return None;
+        }
+        let k = self.doc.tape[self.at];
+        let value = self.at + 1;
+        self.at = self.doc.tape[value].next;
+        let inner = &self.doc.buf[k.start + 1..k.end - 1];
+        let key = if k.escaped { Cow::Owned(unescape(inner).into_bytes()) } else { Cow::Borrowed(inner) };
+        Some((key, value))
     }
 }
 

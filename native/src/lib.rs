@@ -15,8 +15,10 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 pub mod columns;
 pub mod event;
+mod input;
 pub mod json;
 pub mod normalize;
+pub mod recovery;
 
 use event::{Canon, Layout, StageOptions};
 use normalize::{Encoding, TraceOptions};
@@ -223,12 +225,204 @@ impl Normalizer {
     }
 }
 
+fn space_code(space: &str) -> PyResult<u8> {
+    match space {
+        "initial" => Ok(recovery::INITIAL),
+        "handshake" => Ok(recovery::HANDSHAKE),
+        "application_data" => Ok(recovery::APPLICATION),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!("not a packet number space: {other:?}"))),
+    }
+}
+
+/// RFC 9002 §5: min_rtt, smoothed_rtt and rttvar of one path (see `recovery`).
+#[pyclass(module = "quicack._native")]
+struct RttEstimator {
+    inner: recovery::Estimator,
+}
+
+#[pymethods]
+impl RttEstimator {
+    #[new]
+    fn new() -> Self {
+        RttEstimator { inner: recovery::Estimator::default() }
+    }
+
+    #[getter]
+    fn latest_rtt_ms(&self) -> f64 {
+        self.inner.latest_rtt_ms
+    }
+    #[getter]
+    fn min_rtt_ms(&self) -> f64 {
+        self.inner.min_rtt_ms
+    }
+    #[getter]
+    fn smoothed_rtt_ms(&self) -> f64 {
+        self.inner.smoothed_rtt_ms
+    }
+    #[getter]
+    fn rttvar_ms(&self) -> f64 {
+        self.inner.rttvar_ms
+    }
+    #[getter]
+    fn has_sample(&self) -> bool {
+        self.inner.has_sample
+    }
+
+    /// Take one RTT sample; return (the ack_delay §5.3 allows, adjusted_rtt).
+    #[pyo3(signature = (latest_rtt_ms, ack_delay_ms, *, space, handshake_confirmed, max_ack_delay_ms))]
+    fn update(&mut self, latest_rtt_ms: f64, ack_delay_ms: f64, space: &str, handshake_confirmed: bool,
+              max_ack_delay_ms: f64) -> PyResult<(f64, f64)> {
+        Ok(self.inner.update(latest_rtt_ms, ack_delay_ms, space_code(space)?, handshake_confirmed, max_ack_delay_ms))
+    }
+
+    /// The PTO period of `space` without backoff; None where it is not armed.
+    #[pyo3(signature = (space, *, handshake_confirmed, max_ack_delay_ms))]
+    fn pto_ms(&self, space: &str, handshake_confirmed: bool, max_ack_delay_ms: f64) -> PyResult<Option<f64>> {
+        Ok(self.inner.pto_ms(space_code(space)?, handshake_confirmed, max_ack_delay_ms))
+    }
+}
+
+type SentColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
+                    input::Primitive);
+type EventColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
+                     input::Primitive, input::List, input::Primitive);
+/// Per replayed connection: (connection_id, samples, ACKs without a sample, ACKs of packets not
+/// in the trace, lowest min_rtt, row of its first sample in the samples table).
+type ReplayStats = (i64, i64, i64, i64, Option<f64>, Option<usize>);
+
+/// Replay RFC 9002 for every view `(connection_id, is_client, pto_observable)` (ascending ids):
+/// `sent` (connection_id, space, packet_number, time_ms, ack_eliciting, event_index), sorted by
+/// connection, space, packet number and position; `events` (connection_id, event_index, kind,
+/// time_ms, space, packet_number, flat ranges [low, high, …], value) sorted by connection,
+/// position and kind — kinds 1 ACK, 2 lost, 3 PTO expired, 4 space discarded, 5 handshake
+/// confirmed, 6 peer max_ack_delay (value), 7 Retry; spaces 0 initial, 1 handshake, 2
+/// application.  `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST discard
+/// its Handshake keys when the TLS handshake is confirmed".  Returns the samples (the columns of
+/// `rtt_samples` up to `flags`) and a `ReplayStats` per view.
+#[pyfunction]
+fn replay<'py>(py: Python<'py>, views: Vec<(i64, bool, bool)>, sent: SentColumns, events: EventColumns,
+               confirmation_discards_handshake: bool) -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
+    let (table, stats) = py.detach(|| replay_all(&views, &sent, &events, confirmation_discards_handshake));
+    Ok((table.to_py(py)?, stats))
+}
+
+fn replay_all(views: &[(i64, bool, bool)], sent: &SentColumns, events: &EventColumns, discards: bool)
+              -> (columns::Table, Vec<ReplayStats>) {
+    use columns::{bools, f64s, i32s, i64s, text_lists, texts};
+    use recovery::{Event, SentLog};
+    let mut table = columns::Table::new(vec![
+        i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
+        i64s("largest_acknowledged"), f64s("latest_rtt_ms"), f64s("ack_delay_ms"), f64s("ack_delay_used_ms"),
+        f64s("adjusted_rtt_ms"), f64s("min_rtt_ms"), f64s("smoothed_rtt_ms"), f64s("rttvar_ms"), f64s("pto_ms"),
+        i32s("pto_count"), f64s("pto_backoff_ms"), bools("handshake_confirmed"), text_lists("flags"),
+    ]);
+    let mut stats = Vec::with_capacity(views.len());
+    let (s_cid, s_space, s_pn, s_time, s_eliciting, s_at) = sent;
+    let (e_cid, e_at, e_kind, e_time, e_space, e_pn, e_ranges, e_value) = events;
+    let (mut si, mut ei) = (0, 0);
+    for &(cid, is_client, pto_observable) in views {
+        while si < s_cid.len() && s_cid.i64(si).unwrap_or(i64::MIN) < cid {
+            si += 1;
+        }
+        let mut columns: [(Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>); 3] = Default::default();
+        while si < s_cid.len() && s_cid.i64(si) == Some(cid) {
+            let c = &mut columns[s_space.i64(si).unwrap_or(2).clamp(0, 2) as usize];
+            c.0.push(s_pn.i64(si).unwrap_or(0));
+            c.1.push(s_time.f64(si).unwrap_or(f64::NAN));
+            c.2.push(s_eliciting.bool(si).unwrap_or(true));
+            c.3.push(s_at.i64(si).unwrap_or(0));
+            si += 1;
+        }
+        let mut logs: [SentLog; 3] = columns.map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
+
+        while ei < e_cid.len() && e_cid.i64(ei).unwrap_or(i64::MIN) < cid {
+            ei += 1;
+        }
+        let start = ei;
+        while ei < e_cid.len() && e_cid.i64(ei) == Some(cid) {
+            ei += 1;
+        }
+        // ACK ranges as pairs; producers that log only the largest acknowledged (pcap2qlog 0.1)
+        // get that one packet as their only range
+        let mut store: Vec<(i64, i64)> = Vec::new();
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(ei - start);
+        for r in start..ei {
+            let begin = store.len();
+            if e_kind.i64(r) == Some(1) {
+                let flat: Vec<Option<i64>> = e_ranges.get(r).map(|v| v.collect()).unwrap_or_default();
+                for pair in flat.chunks(2) {
+                    if let Some(low) = pair[0] {
+                        store.push((low, pair.get(1).copied().flatten().unwrap_or(low)));
+                    }
+                }
+                if store.len() == begin {
+                    if let Some(largest) = e_pn.i64(r) {
+                        store.push((largest, largest));
+                    }
+                }
+            }
+            spans.push((begin, store.len()));
+        }
+        let mut evs: Vec<Event> = Vec::with_capacity(ei - start);
+        for (r, &(begin, end)) in (start..ei).zip(&spans) {
+            let at = e_at.i64(r).unwrap_or(-1);
+            let space = e_space.i64(r).unwrap_or(2).clamp(0, 2) as u8;
+            match e_kind.i64(r) {
+                Some(1) => evs.push(Event::Ack { time_ms: e_time.f64(r).unwrap_or(f64::NAN), space,
+                                                 ranges: &store[begin..end], ack_delay_ms: e_value.f64(r), at }),
+                Some(2) => evs.push(Event::Lost { space, packet_number: e_pn.i64(r).unwrap_or(0), at }),
+                Some(3) => evs.push(Event::PtoExpired),
+                Some(4) => evs.push(Event::SpaceDiscarded { space, at }),
+                Some(5) => {
+                    evs.push(Event::HandshakeConfirmed);
+                    if discards {
+                        evs.push(Event::SpaceDiscarded { space: recovery::HANDSHAKE, at });
+                    }
+                }
+                Some(6) => evs.push(Event::PeerMaxAckDelay { max_ack_delay_ms: e_value.f64(r).unwrap_or(f64::NAN) }),
+                Some(7) => evs.push(Event::RetryReceived { at }),
+                _ => {}
+            }
+        }
+        let result = recovery::replay(evs, is_client, pto_observable, &mut logs);
+        let first_row = (!result.samples.is_empty()).then(|| table.rows());
+        for s in &result.samples {
+            let c = &mut table.columns;
+            c[0].i64(Some(cid));
+            c[1].i64(Some(s.event_index));
+            c[2].f64(Some(s.time_ms));
+            c[3].text(Some(recovery::SPACES[s.space as usize]));
+            c[4].i64(Some(s.largest_acknowledged));
+            c[5].f64(Some(s.latest_rtt_ms));
+            c[6].f64(s.ack_delay_ms);
+            c[7].f64(Some(s.ack_delay_used_ms));
+            c[8].f64(Some(s.adjusted_rtt_ms));
+            c[9].f64(Some(s.min_rtt_ms));
+            c[10].f64(Some(s.smoothed_rtt_ms));
+            c[11].f64(Some(s.rttvar_ms));
+            c[12].f64(s.pto_ms);
+            c[13].i32(s.pto_count);
+            c[14].f64(match (s.pto_ms, s.pto_count) {
+                (Some(pto), Some(n)) => Some(pto * 2f64.powi(n)),
+                _ => None,
+            });
+            c[15].bool(Some(s.handshake_confirmed));
+            c[16].texts(recovery::FLAG_NAMES.iter().filter(|(bit, _)| s.flags & bit != 0).map(|(_, name)| *name));
+        }
+        stats.push((cid, result.samples.len() as i64, result.acks_without_sample, result.acks_of_unknown_packets,
+                    result.lowest_min_rtt_ms, first_row));
+    }
+    (table, stats)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stage, m)?)?;
     m.add_function(wrap_pyfunction!(array_elements, m)?)?;
     m.add_class::<Staged>()?;
     m.add_class::<Normalizer>()?;
+    m.add_class::<RttEstimator>()?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add("StageError", m.py().get_type::<StageError>())?;
     m.add("UntimedPacket", m.py().get_type::<UntimedPacket>())?;
     Ok(())

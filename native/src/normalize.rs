@@ -203,8 +203,9 @@ impl Normalizer {
         if events.is_empty() {
             return Ok(Ok(Rows { tables: Vec::new() }));
         }
-        // (their tables' time_ms is NOT NULL; every qlog draft requires a time on every event)
-        if let Some(e) = events.iter().find(|e| e.canon.routed() && e.t_ms.is_none()) {
+        // (their rows' time_ms is NOT NULL; every qlog draft requires a time on every event; a
+        // parameters_set's row takes the earliest time of its owner's)
+        if let Some(e) = events.iter().find(|e| e.canon.routed() && e.canon != Canon::ParametersSet && e.t_ms.is_none()) {
             return Ok(Err(Untimed {
                 name: staged.names[e.name as usize].0.to_string(),
                 trace: e.trace,
