@@ -322,19 +322,23 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
 
 
 def _replayed(con, first_id: int, views: list[tuple]) -> tuple[pa.Table, list[tuple]]:
-    """The native replay (:func:`quicack._native.replay`) of the connections ``views`` (rows of
-    ``rv``): every endpoint's sent packets and other events handed over as Arrow columns at
-    once.  Returns the samples (the columns of ``rtt_samples`` up to ``flags``) and, per view,
-    (connection_id, samples, ACKs without a sample, ACKs of packets not in the trace, lowest
-    min_rtt, the row of its first sample)."""
-    sent = con.sql(_SENT_SQL, params={"first": first_id}).to_arrow_table()
-    events = con.sql(_EVENT_SQL, params={"first": first_id}).to_arrow_table()
-    table, stats = native.replay([(cid, me == "client", bool(observable)) for cid, me, observable in views],
-                                 tuple(native.column(c) for c in sent.columns),
-                                 tuple(native.column(c) for c in events.columns), True)
-    del sent, events
+    """The native replay (:class:`quicack._native.Replayer`) of the connections ``views`` (rows of
+    ``rv``): every endpoint's sent packets and other events handed over as Arrow columns, a record
+    batch at a time (a long connection's half million packets are never held as an Arrow table
+    beside the replay's own columns).  Returns the samples (the columns of ``rtt_samples`` up to
+    ``flags``) and, per view, (connection_id, samples, ACKs without a sample, ACKs of packets not
+    in the trace, lowest min_rtt, the row of its first sample)."""
+    replayer = native.Replayer()
+    for sql, add in ((_SENT_SQL, replayer.add_sent), (_EVENT_SQL, replayer.add_events)):
+        for batch in con.sql(sql, params={"first": first_id}).to_arrow_reader(REPLAY_BATCH_ROWS):
+            add(tuple(native.column(c) for c in batch.columns))
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
+    table, stats = replayer.run([(cid, me == "client", bool(observable)) for cid, me, observable in views], True)
     return native.table(table), stats
+
+
+#: rows of the replay's input handed over at a time
+REPLAY_BATCH_ROWS = 65536
 
 
 _SAMPLE_COLUMNS = ("connection_id, event_index, time_ms, packet_number_space, largest_acknowledged, "

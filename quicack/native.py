@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ._native import (Normalizer, RttEstimator, StageError, Staged, UntimedPacket, array_elements,  # noqa: F401
-                      replay, stage)
+from ._native import (Normalizer, Replayer, RttEstimator, StageError, Staged, UntimedPacket,  # noqa: F401
+                      array_elements, stage)
 
 _TYPES = {"int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(), "bool": pa.bool_(),
           "large_string": pa.large_string()}
@@ -53,12 +53,13 @@ def table(columns: list[tuple]) -> pa.Table:
 
 def column(array: pa.Array | pa.ChunkedArray) -> tuple:
     """An int64, float64 or bool column (or a list of int64) as the native core reads it:
-    (length, offset, validity, values) or, for a list, (length, offset, validity, offsets, values)."""
+    (length, offset, validity, values) or, for a list, (length, offset, validity, offsets, values),
+    the buffers ``pyarrow.Buffer`` objects (read in place)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    buffers = array.buffers()
-    validity = buffers[0].to_pybytes() if array.null_count and buffers[0] is not None else None
-    data = buffers[1].to_pybytes() if buffers[1] is not None else b""
+    buffers = array.buffers()  # (read in place through the buffer protocol: not copied)
+    validity = buffers[0] if array.null_count and buffers[0] is not None else None
+    data = buffers[1] if buffers[1] is not None else pa.py_buffer(b"")
     if pa.types.is_list(array.type):
         return len(array), array.offset, validity, data, column(array.values)
     return len(array), array.offset, validity, data

@@ -186,7 +186,7 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -
     """Replay RFC 9002 §5–§6.2 over one endpoint's events (in trace order), packets it sent as
     :class:`Sent` events among them."""
     sent: list[tuple] = []
-    rows: list[tuple] = []  # (at, kind, time, space, packet number, flat ranges, value): native.replay's kinds
+    rows: list[tuple] = []  # (at, kind, time, space, packet number, flat ranges, value): Replayer's kinds
     for position, ev in enumerate(events):
         kind = type(ev)
         at = ev.event_index if getattr(ev, "event_index", -1) >= 0 else position
@@ -209,25 +209,25 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -
             rows.append((at, 7, ev.time_ms, None, None, None, None))
         else:
             raise TypeError(f"not a replay event: {ev!r}")
+    replayer = native.Replayer()
     types = (pa.int64(), pa.int64(), pa.float64(), pa.bool_(), pa.int64())
-    sent_columns = [native.column(pa.array([0] * len(sent), pa.int64()))] + [
-        native.column(pa.array([r[i] for r in sent], t)) for i, t in enumerate(types)]
+    replayer.add_sent((native.column(pa.array([0] * len(sent), pa.int64())),
+                       *(native.column(pa.array([r[i] for r in sent], t)) for i, t in enumerate(types))))
     types = (pa.int64(), pa.int64(), pa.float64(), pa.int64(), pa.int64(), pa.list_(pa.int64()), pa.float64())
-    event_columns = [native.column(pa.array([0] * len(rows), pa.int64()))] + [
-        native.column(pa.array([r[i] for r in rows], t)) for i, t in enumerate(types)]
-    table, [(_, count, without, unknown, lowest, _)] = native.replay(
-        [(0, is_client, pto_observable)], tuple(sent_columns), tuple(event_columns), False)
+    replayer.add_events((native.column(pa.array([0] * len(rows), pa.int64())),
+                         *(native.column(pa.array([r[i] for r in rows], t)) for i, t in enumerate(types))))
+    table, [(_, count, without, unknown, lowest, _)] = replayer.run([(0, is_client, pto_observable)], False)
     return Replay(samples=samples_of(native.table(table)), acks_without_sample=without,
                   acks_of_unknown_packets=unknown, sample_count=count, lowest_min_rtt_ms=lowest)
 
 
-#: the columns of native.replay's samples that make a Sample (not connection_id, pto_backoff_ms)
+#: the columns of Replayer's samples that make a Sample (not connection_id, pto_backoff_ms)
 _SAMPLE_COLUMNS = ("event_index", "time_ms", "packet_number_space", "largest_acknowledged", "latest_rtt_ms",
                    "ack_delay_ms", "ack_delay_used_ms", "adjusted_rtt_ms", "min_rtt_ms", "smoothed_rtt_ms",
                    "rttvar_ms", "pto_ms", "pto_count", "handshake_confirmed", "flags")
 
 
 def samples_of(table: pa.Table) -> list[Sample]:
-    """The rows of native.replay's samples table as :class:`Sample` values."""
+    """The rows of :class:`quicack._native.Replayer`'s samples table as :class:`Sample` values."""
     columns = [table.column(name).to_pylist() for name in _SAMPLE_COLUMNS]
     return [Sample(*row[:-1], tuple(row[-1])) for row in zip(*columns)]

@@ -2,14 +2,35 @@
 //!
 //! A column comes as `(length, offset, validity, values)` — numbers as int64 or float64, or a
 //! bit-packed bool — or, for a list of int64, `(length, offset, validity, offsets, child)`; the
-//! buffers are Arrow's own, held as Python `bytes` (readable without Python's lock).
+//! buffers are Arrow's own (`pyarrow.Buffer`), read through Python's buffer protocol without a
+//! copy, and without Python's lock (pyarrow buffers do not move or change).
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
+
+/// A read-only byte buffer of a Python object (a `pyarrow.Buffer`, `bytes`).
+pub struct Bytes(PyBuffer<i8>);
+
+impl<'py> FromPyObject<'_, 'py> for Bytes {
+    type Error = PyErr;
+
+    fn extract(obj: pyo3::Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Bytes(PyBuffer::get(&obj)?))
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // (a C-contiguous buffer of bytes, alive as long as self)
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, self.0.len_bytes()) }
+    }
+}
 
 /// (length, offset, validity, values)
 #[derive(FromPyObject)]
-pub struct Primitive(usize, usize, Option<PyBackedBytes>, PyBackedBytes);
+pub struct Primitive(usize, usize, Option<Bytes>, Bytes);
 
 #[inline]
 fn bit(bytes: &[u8], i: usize) -> bool {
@@ -50,7 +71,7 @@ impl Primitive {
 
 /// A list of int64 values: (length, offset, validity, offsets, values).
 #[derive(FromPyObject)]
-pub struct List(#[allow(dead_code)] usize, usize, Option<PyBackedBytes>, PyBackedBytes, Primitive);
+pub struct List(#[allow(dead_code)] usize, usize, Option<Bytes>, Bytes, Primitive);
 
 impl List {
     /// The values of list `i` (None: a NULL list).

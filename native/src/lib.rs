@@ -282,137 +282,188 @@ impl RttEstimator {
     }
 }
 
+/// A batch of sent packets: (connection_id, space, packet_number, time_ms, ack_eliciting,
+/// event_index) columns.
 type SentColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
                     input::Primitive);
+/// A batch of other replay events: (connection_id, event_index, kind, time_ms, space,
+/// packet_number, flat ranges [low, high, …], value) columns.
 type EventColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
                      input::Primitive, input::List, input::Primitive);
 /// Per replayed connection: (connection_id, samples, ACKs without a sample, ACKs of packets not
 /// in the trace, lowest min_rtt, row of its first sample in the samples table).
 type ReplayStats = (i64, i64, i64, i64, Option<f64>, Option<usize>);
 
-/// Replay RFC 9002 for every view `(connection_id, is_client, pto_observable)` (ascending ids):
-/// `sent` (connection_id, space, packet_number, time_ms, ack_eliciting, event_index), sorted by
-/// connection, space, packet number and position; `events` (connection_id, event_index, kind,
-/// time_ms, space, packet_number, flat ranges [low, high, …], value) sorted by connection,
-/// position and kind — kinds 1 ACK, 2 lost, 3 PTO expired, 4 space discarded, 5 handshake
-/// confirmed, 6 peer max_ack_delay (value), 7 Retry; spaces 0 initial, 1 handshake, 2
-/// application.  `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST discard
-/// its Handshake keys when the TLS handshake is confirmed".  Returns the samples (the columns of
-/// `rtt_samples` up to `flags`) and a `ReplayStats` per view.
-#[pyfunction]
-fn replay<'py>(py: Python<'py>, views: Vec<(i64, bool, bool)>, sent: SentColumns, events: EventColumns,
-               confirmation_discards_handshake: bool) -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
-    let (table, stats) = py.detach(|| replay_all(&views, &sent, &events, confirmation_discards_handshake));
-    Ok((table.to_py(py)?, stats))
+/// One stored replay event (see `Replayer::add_events`).
+struct Ev {
+    at: i64,
+    kind: i64,
+    time_ms: f64,
+    space: u8,
+    packet_number: Option<i64>,
+    value: Option<f64>,
+    /// its ACK ranges: `ranges[start..end]`
+    ranges: (usize, usize),
 }
 
-fn replay_all(views: &[(i64, bool, bool)], sent: &SentColumns, events: &EventColumns, discards: bool)
-              -> (columns::Table, Vec<ReplayStats>) {
-    use columns::{bools, f64s, i32s, i64s, text_lists, texts};
-    use recovery::{Event, SentLog};
-    let mut table = columns::Table::new(vec![
-        i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
-        i64s("largest_acknowledged"), f64s("latest_rtt_ms"), f64s("ack_delay_ms"), f64s("ack_delay_used_ms"),
-        f64s("adjusted_rtt_ms"), f64s("min_rtt_ms"), f64s("smoothed_rtt_ms"), f64s("rttvar_ms"), f64s("pto_ms"),
-        i32s("pto_count"), f64s("pto_backoff_ms"), bools("handshake_confirmed"), text_lists("flags"),
-    ]);
-    let mut stats = Vec::with_capacity(views.len());
-    let (s_cid, s_space, s_pn, s_time, s_eliciting, s_at) = sent;
-    let (e_cid, e_at, e_kind, e_time, e_space, e_pn, e_ranges, e_value) = events;
-    let (mut si, mut ei) = (0, 0);
-    for &(cid, is_client, pto_observable) in views {
-        while si < s_cid.len() && s_cid.i64(si).unwrap_or(i64::MIN) < cid {
-            si += 1;
-        }
-        let mut columns: [(Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>); 3] = Default::default();
-        while si < s_cid.len() && s_cid.i64(si) == Some(cid) {
-            let c = &mut columns[s_space.i64(si).unwrap_or(2).clamp(0, 2) as usize];
-            c.0.push(s_pn.i64(si).unwrap_or(0));
-            c.1.push(s_time.f64(si).unwrap_or(f64::NAN));
-            c.2.push(s_eliciting.bool(si).unwrap_or(true));
-            c.3.push(s_at.i64(si).unwrap_or(0));
-            si += 1;
-        }
-        let mut logs: [SentLog; 3] = columns.map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
+/// The RFC 9002 replay of many connections at once (see `recovery`): their sent packets and
+/// other events handed in a batch at a time (held as the replay needs them, not as the batches
+/// came), then `run`.
+///
+/// Sent packets come sorted by connection, space, packet number and position; events sorted by
+/// connection, position and kind — kinds 1 ACK, 2 lost, 3 PTO expired, 4 space discarded, 5
+/// handshake confirmed, 6 peer max_ack_delay (value), 7 Retry; spaces 0 initial, 1 handshake, 2
+/// application.
+#[pyclass(module = "quicack._native")]
+#[derive(Default)]
+struct Replayer {
+    sent: rustc_hash::FxHashMap<i64, [(Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>); 3]>,
+    events: rustc_hash::FxHashMap<i64, Vec<Ev>>,
+    ranges: Vec<(i64, i64)>,
+}
 
-        while ei < e_cid.len() && e_cid.i64(ei).unwrap_or(i64::MIN) < cid {
-            ei += 1;
-        }
-        let start = ei;
-        while ei < e_cid.len() && e_cid.i64(ei) == Some(cid) {
-            ei += 1;
-        }
-        // ACK ranges as pairs; producers that log only the largest acknowledged (pcap2qlog 0.1)
-        // get that one packet as their only range
-        let mut store: Vec<(i64, i64)> = Vec::new();
-        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(ei - start);
-        for r in start..ei {
-            let begin = store.len();
-            if e_kind.i64(r) == Some(1) {
-                let flat: Vec<Option<i64>> = e_ranges.get(r).map(|v| v.collect()).unwrap_or_default();
-                for pair in flat.chunks(2) {
-                    if let Some(low) = pair[0] {
-                        store.push((low, pair.get(1).copied().flatten().unwrap_or(low)));
-                    }
-                }
-                if store.len() == begin {
-                    if let Some(largest) = e_pn.i64(r) {
-                        store.push((largest, largest));
-                    }
-                }
-            }
-            spans.push((begin, store.len()));
-        }
-        let mut evs: Vec<Event> = Vec::with_capacity(ei - start);
-        for (r, &(begin, end)) in (start..ei).zip(&spans) {
-            let at = e_at.i64(r).unwrap_or(-1);
-            let space = e_space.i64(r).unwrap_or(2).clamp(0, 2) as u8;
-            match e_kind.i64(r) {
-                Some(1) => evs.push(Event::Ack { time_ms: e_time.f64(r).unwrap_or(f64::NAN), space,
-                                                 ranges: &store[begin..end], ack_delay_ms: e_value.f64(r), at }),
-                Some(2) => evs.push(Event::Lost { space, packet_number: e_pn.i64(r).unwrap_or(0), at }),
-                Some(3) => evs.push(Event::PtoExpired),
-                Some(4) => evs.push(Event::SpaceDiscarded { space, at }),
-                Some(5) => {
-                    evs.push(Event::HandshakeConfirmed);
-                    if discards {
-                        evs.push(Event::SpaceDiscarded { space: recovery::HANDSHAKE, at });
-                    }
-                }
-                Some(6) => evs.push(Event::PeerMaxAckDelay { max_ack_delay_ms: e_value.f64(r).unwrap_or(f64::NAN) }),
-                Some(7) => evs.push(Event::RetryReceived { at }),
-                _ => {}
-            }
-        }
-        let result = recovery::replay(evs, is_client, pto_observable, &mut logs);
-        let first_row = (!result.samples.is_empty()).then(|| table.rows());
-        for s in &result.samples {
-            let c = &mut table.columns;
-            c[0].i64(Some(cid));
-            c[1].i64(Some(s.event_index));
-            c[2].f64(Some(s.time_ms));
-            c[3].text(Some(recovery::SPACES[s.space as usize]));
-            c[4].i64(Some(s.largest_acknowledged));
-            c[5].f64(Some(s.latest_rtt_ms));
-            c[6].f64(s.ack_delay_ms);
-            c[7].f64(Some(s.ack_delay_used_ms));
-            c[8].f64(Some(s.adjusted_rtt_ms));
-            c[9].f64(Some(s.min_rtt_ms));
-            c[10].f64(Some(s.smoothed_rtt_ms));
-            c[11].f64(Some(s.rttvar_ms));
-            c[12].f64(s.pto_ms);
-            c[13].i32(s.pto_count);
-            c[14].f64(match (s.pto_ms, s.pto_count) {
-                (Some(pto), Some(n)) => Some(pto * 2f64.powi(n)),
-                _ => None,
-            });
-            c[15].bool(Some(s.handshake_confirmed));
-            c[16].texts(recovery::FLAG_NAMES.iter().filter(|(bit, _)| s.flags & bit != 0).map(|(_, name)| *name));
-        }
-        stats.push((cid, result.samples.len() as i64, result.acks_without_sample, result.acks_of_unknown_packets,
-                    result.lowest_min_rtt_ms, first_row));
+#[pymethods]
+impl Replayer {
+    #[new]
+    fn new() -> Self {
+        Replayer::default()
     }
-    (table, stats)
+
+    fn add_sent(&mut self, py: Python<'_>, batch: SentColumns) {
+        py.detach(|| {
+            let (cid, space, pn, time, eliciting, at) = &batch;
+            for i in 0..cid.len() {
+                let logs = self.sent.entry(cid.i64(i).unwrap_or(0)).or_default();
+                let c = &mut logs[space.i64(i).unwrap_or(2).clamp(0, 2) as usize];
+                c.0.push(pn.i64(i).unwrap_or(0));
+                c.1.push(time.f64(i).unwrap_or(f64::NAN));
+                c.2.push(eliciting.bool(i).unwrap_or(true));
+                c.3.push(at.i64(i).unwrap_or(0));
+            }
+        })
+    }
+
+    fn add_events(&mut self, py: Python<'_>, batch: EventColumns) {
+        py.detach(|| {
+            let (cid, at, kind, time, space, pn, ranges, value) = &batch;
+            for r in 0..cid.len() {
+                let begin = self.ranges.len();
+                let k = kind.i64(r).unwrap_or(0);
+                if k == 1 {
+                    // ACK ranges as pairs; producers that log only the largest acknowledged
+                    // (pcap2qlog 0.1) get that one packet as their only range
+                    let flat: Vec<Option<i64>> = ranges.get(r).map(|v| v.collect()).unwrap_or_default();
+                    for pair in flat.chunks(2) {
+                        if let Some(low) = pair[0] {
+                            self.ranges.push((low, pair.get(1).copied().flatten().unwrap_or(low)));
+                        }
+                    }
+                    if self.ranges.len() == begin {
+                        if let Some(largest) = pn.i64(r) {
+                            self.ranges.push((largest, largest));
+                        }
+                    }
+                }
+                self.events.entry(cid.i64(r).unwrap_or(0)).or_default().push(Ev {
+                    at: at.i64(r).unwrap_or(-1),
+                    kind: k,
+                    time_ms: time.f64(r).unwrap_or(f64::NAN),
+                    space: space.i64(r).unwrap_or(2).clamp(0, 2) as u8,
+                    packet_number: pn.i64(r),
+                    value: value.f64(r),
+                    ranges: (begin, self.ranges.len()),
+                });
+            }
+        })
+    }
+
+    /// Replay every view `(connection_id, is_client, pto_observable)` (ascending ids).
+    /// `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST discard its
+    /// Handshake keys when the TLS handshake is confirmed".  Returns the samples (the columns of
+    /// `rtt_samples` up to `flags`) and a `ReplayStats` per view.  What was added is let go.
+    fn run<'py>(&mut self, py: Python<'py>, views: Vec<(i64, bool, bool)>, confirmation_discards_handshake: bool)
+                -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
+        let (table, stats) = py.detach(|| self.replay_all(&views, confirmation_discards_handshake));
+        Ok((table.to_py(py)?, stats))
+    }
+}
+
+impl Replayer {
+    fn replay_all(&mut self, views: &[(i64, bool, bool)], discards: bool) -> (columns::Table, Vec<ReplayStats>) {
+        use columns::{bools, f64s, i32s, i64s, text_lists, texts};
+        use recovery::{Event, SentLog};
+        let mut table = columns::Table::new(vec![
+            i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
+            i64s("largest_acknowledged"), f64s("latest_rtt_ms"), f64s("ack_delay_ms"), f64s("ack_delay_used_ms"),
+            f64s("adjusted_rtt_ms"), f64s("min_rtt_ms"), f64s("smoothed_rtt_ms"), f64s("rttvar_ms"), f64s("pto_ms"),
+            i32s("pto_count"), f64s("pto_backoff_ms"), bools("handshake_confirmed"),
+        ]);
+        let mut flags: Vec<u8> = Vec::new(); // per sample row: its flag bits (the column is built last)
+        let mut stats = Vec::with_capacity(views.len());
+        let ranges = std::mem::take(&mut self.ranges);
+        for &(cid, is_client, pto_observable) in views {
+            let mut logs: [SentLog; 3] = self.sent.remove(&cid).unwrap_or_default()
+                .map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
+            let stored = self.events.remove(&cid).unwrap_or_default();
+            let mut evs: Vec<Event> = Vec::with_capacity(stored.len());
+            for e in &stored {
+                match e.kind {
+                    1 => evs.push(Event::Ack { time_ms: e.time_ms, space: e.space, ranges: &ranges[e.ranges.0..e.ranges.1],
+                                               ack_delay_ms: e.value, at: e.at }),
+                    2 => evs.push(Event::Lost { space: e.space, packet_number: e.packet_number.unwrap_or(0), at: e.at }),
+                    3 => evs.push(Event::PtoExpired),
+                    4 => evs.push(Event::SpaceDiscarded { space: e.space, at: e.at }),
+                    5 => {
+                        evs.push(Event::HandshakeConfirmed);
+                        if discards {
+                            evs.push(Event::SpaceDiscarded { space: recovery::HANDSHAKE, at: e.at });
+                        }
+                    }
+                    6 => evs.push(Event::PeerMaxAckDelay { max_ack_delay_ms: e.value.unwrap_or(f64::NAN) }),
+                    7 => evs.push(Event::RetryReceived { at: e.at }),
+                    _ => {}
+                }
+            }
+            let first_row = table.rows();
+            let mut emit = |s: &recovery::Sample| {
+                let c = &mut table.columns;
+                c[0].i64(Some(cid));
+                c[1].i64(Some(s.event_index));
+                c[2].f64(Some(s.time_ms));
+                c[3].text(Some(recovery::SPACES[s.space as usize]));
+                c[4].i64(Some(s.largest_acknowledged));
+                c[5].f64(Some(s.latest_rtt_ms));
+                c[6].f64(s.ack_delay_ms);
+                c[7].f64(Some(s.ack_delay_used_ms));
+                c[8].f64(Some(s.adjusted_rtt_ms));
+                c[9].f64(Some(s.min_rtt_ms));
+                c[10].f64(Some(s.smoothed_rtt_ms));
+                c[11].f64(Some(s.rttvar_ms));
+                c[12].f64(s.pto_ms);
+                c[13].i32(s.pto_count);
+                c[14].f64(match (s.pto_ms, s.pto_count) {
+                    (Some(pto), Some(n)) => Some(pto * 2f64.powi(n)),
+                    _ => None,
+                });
+                c[15].bool(Some(s.handshake_confirmed));
+                flags.push(s.flags);
+            };
+            let result = recovery::replay(evs, is_client, pto_observable, &mut logs, &mut emit);
+            if result.first_sample_inflated {
+                flags[first_row] |= recovery::FLAG_FIRST_SAMPLE_INFLATED;
+            }
+            stats.push((cid, result.sample_count, result.acks_without_sample, result.acks_of_unknown_packets,
+                        result.lowest_min_rtt_ms, (result.sample_count > 0).then_some(first_row)));
+        }
+        let mut column = text_lists("flags");
+        for bits in flags {
+            column.texts(recovery::FLAG_NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name));
+        }
+        table.columns.push(column);
+        self.sent.clear();
+        self.events.clear();
+        (table, stats)
+    }
 }
 
 #[pymodule]
@@ -422,7 +473,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Staged>()?;
     m.add_class::<Normalizer>()?;
     m.add_class::<RttEstimator>()?;
-    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_class::<Replayer>()?;
     m.add("StageError", m.py().get_type::<StageError>())?;
     m.add("UntimedPacket", m.py().get_type::<UntimedPacket>())?;
     Ok(())

@@ -282,7 +282,8 @@ pub struct Sample {
 
 #[derive(Default, Debug)]
 pub struct Replay {
-    pub samples: Vec<Sample>,
+    /// samples taken (each handed to the caller as it is taken)
+    pub sample_count: i64,
     /// ACK frames that acknowledged nothing new, or whose largest was not newly acknowledged, or
     /// that newly acknowledged only non-ack-eliciting packets (§5.1: no sample)
     pub acks_without_sample: i64,
@@ -290,12 +291,15 @@ pub struct Replay {
     pub acks_of_unknown_packets: i64,
     /// the smallest min_rtt of any sample
     pub lowest_min_rtt_ms: Option<f64>,
+    /// the first sample is this many times the connection's final min_rtt and more than
+    /// kGranularity above it: `FLAG_FIRST_SAMPLE_INFLATED`, known only at the end
+    pub first_sample_inflated: bool,
 }
 
 /// Replay RFC 9002 §5–§6.2 over one endpoint's events (in trace order), against the packets it
-/// sent (`sent`, one log per packet number space).
+/// sent (`sent`, one log per packet number space); each sample is handed to `emit` as it is taken.
 pub fn replay<'a>(events: impl IntoIterator<Item = Event<'a>>, is_client: bool, pto_observable: bool,
-                  sent: &mut [SentLog; 3]) -> Replay {
+                  sent: &mut [SentLog; 3], emit: &mut dyn FnMut(&Sample)) -> Replay {
     let mut est = Estimator::default();
     let mut confirmed = false;
     // Appendix A.8: "Assume clients validate the server's address implicitly."
@@ -303,6 +307,7 @@ pub fn replay<'a>(events: impl IntoIterator<Item = Event<'a>>, is_client: bool, 
     let mut max_ack_delay = DEFAULT_MAX_ACK_DELAY_MS;
     let mut pto_count: i32 = 0;
     let mut result = Replay::default();
+    let mut first_latest: Option<f64> = None;
     for ev in events {
         match ev {
             Event::Ack { time_ms, space, ranges, ack_delay_ms, at } => {
@@ -326,7 +331,9 @@ pub fn replay<'a>(events: impl IntoIterator<Item = Event<'a>>, is_client: bool, 
                     s.pto_ms = est.pto_ms(space, confirmed, max_ack_delay);
                     s.pto_count = if pto_observable { Some(pto_count) } else { None };
                     s.handshake_confirmed = confirmed;
-                    result.samples.push(s);
+                    first_latest.get_or_insert(s.latest_rtt_ms);
+                    result.sample_count += 1;
+                    emit(&s);
                 }
             }
             Event::Lost { space, packet_number, at } => {
@@ -361,12 +368,9 @@ pub fn replay<'a>(events: impl IntoIterator<Item = Event<'a>>, is_client: bool, 
         // §5.2: min_rtt only ever takes a lesser value here (no persistent congestion reset)
         result.lowest_min_rtt_ms = Some(est.min_rtt_ms);
     }
-    if let Some(first) = result.samples.first_mut() {
-        if first.latest_rtt_ms > INFLATED_FIRST_SAMPLE_RATIO * est.min_rtt_ms
-            && first.latest_rtt_ms - est.min_rtt_ms > K_GRANULARITY_MS
-        {
-            first.flags |= FLAG_FIRST_SAMPLE_INFLATED;
-        }
+    if let Some(first) = first_latest {
+        result.first_sample_inflated = first > INFLATED_FIRST_SAMPLE_RATIO * est.min_rtt_ms
+            && first - est.min_rtt_ms > K_GRANULARITY_MS;
     }
     result
 }
