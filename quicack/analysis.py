@@ -232,8 +232,28 @@ _VIEWS_SQL = """
                 WHEN flow IN ('client', 'server') THEN flow ELSE 'client' END AS me,
            EXISTS (SELECT 1 FROM timers t WHERE t.connection_id = c.connection_id)
            OR EXISTS (SELECT 1 FROM lost_packets l WHERE l.connection_id = c.connection_id
-                      AND lower(l.trigger) LIKE '%pto%') AS pto_observable
+                      AND lower(l.trigger) LIKE '%pto%') AS pto_observable,
+           -- quic-go logs packet_received after handling its frames: the metrics an ACK caused
+           -- come before the packet that carried it
+           coalesce(array_to_string(quirks, ',') LIKE '%metrics_before_packet_received%', false)
+               AS metrics_before_packet
     FROM connections c WHERE connection_id >= $first AND vantage IN ('client', 'server', 'network')
+"""
+
+#: the RTT values the implementation logged (rows with none are congestion-window updates, ~90 %
+#: of an aioquic transfer's) and the packets the endpoint received: what sets each replayed
+#: sample beside what the implementation logged after the same ACK
+_METRICS_SQL = """
+    SELECT connection_id, event_index, latest_rtt_ms, min_rtt_ms, smoothed_rtt_ms, rtt_variance_ms
+    FROM logged_metrics JOIN rv USING (connection_id)
+    WHERE connection_id >= $first AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL
+          OR smoothed_rtt_ms IS NOT NULL OR rtt_variance_ms IS NOT NULL)
+    ORDER BY connection_id, event_index
+"""
+_RECEIVED_SQL = """
+    SELECT connection_id, event_index FROM packets JOIN rv USING (connection_id)
+    WHERE connection_id >= $first AND direction = 'received'
+    ORDER BY connection_id, event_index
 """
 
 #: packet number spaces as the native replay numbers them
@@ -304,16 +324,18 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
     """Replay every new connection, store its samples in rtt_samples and return its rp row."""
     con.execute(_VIEWS_SQL, {"first": first_id})
     try:
-        views = con.execute("SELECT connection_id, me, pto_observable FROM rv ORDER BY 1").fetchall()
+        views = con.execute("SELECT connection_id, me, pto_observable, metrics_before_packet FROM rv "
+                            "ORDER BY 1").fetchall()
         if not views:
             return []
         samples, stats = _replayed(con, first_id, views)
     finally:
         con.execute("DROP TABLE IF EXISTS rv")
     if samples.num_rows:
-        _insert_samples(con, first_id, samples)
+        rtt_samples_arrow = samples  # noqa: F841  (read by DuckDB's replacement scan of this frame's locals)
+        con.execute("INSERT INTO rtt_samples SELECT * FROM rtt_samples_arrow")
     rows = []
-    for (cid, me, _), (_, count, without, unknown, lowest, first_row) in zip(views, stats):
+    for (cid, me, _, _), (_, count, without, unknown, lowest, first_row) in zip(views, stats):
         first = [] if first_row is None else recovery.samples_of(samples.slice(first_row, 1))
         result = recovery.Replay(samples=first, acks_without_sample=without, acks_of_unknown_packets=unknown,
                                  sample_count=count, lowest_min_rtt_ms=lowest)
@@ -323,100 +345,24 @@ def _replay_all(con, first_id: int, handshakes: dict[int, Handshake]) -> list[tu
 
 def _replayed(con, first_id: int, views: list[tuple]) -> tuple[pa.Table, list[tuple]]:
     """The native replay (:class:`quicack._native.Replayer`) of the connections ``views`` (rows of
-    ``rv``): every endpoint's sent packets and other events handed over as Arrow columns, a record
-    batch at a time (a long connection's half million packets are never held as an Arrow table
-    beside the replay's own columns).  Returns the samples (the columns of ``rtt_samples`` up to
-    ``flags``) and, per view, (connection_id, samples, ACKs without a sample, ACKs of packets not
-    in the trace, lowest min_rtt, the row of its first sample)."""
+    ``rv``): every endpoint's sent packets, other events, logged RTT metrics and received packets
+    handed over as Arrow columns, a record batch at a time (a long connection's half million
+    packets are never held as an Arrow table beside the replay's own columns).  Returns the
+    samples (the columns of ``rtt_samples``) and, per view, (connection_id, samples, ACKs without
+    a sample, ACKs of packets not in the trace, lowest min_rtt, the row of its first sample)."""
     replayer = native.Replayer()
-    for sql, add in ((_SENT_SQL, replayer.add_sent), (_EVENT_SQL, replayer.add_events)):
+    for sql, add in ((_SENT_SQL, replayer.add_sent), (_EVENT_SQL, replayer.add_events),
+                     (_METRICS_SQL, replayer.add_metrics), (_RECEIVED_SQL, replayer.add_received)):
         for batch in con.sql(sql, params={"first": first_id}).to_arrow_reader(REPLAY_BATCH_ROWS):
             add(tuple(native.column(c) for c in batch.columns))
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
-    table, stats = replayer.run([(cid, me == "client", bool(observable)) for cid, me, observable in views], True)
+    table, stats = replayer.run([(cid, me == "client", bool(observable), bool(before))
+                                 for cid, me, observable, before in views], True)
     return native.table(table), stats
 
 
 #: rows of the replay's input handed over at a time
 REPLAY_BATCH_ROWS = 65536
-
-
-_SAMPLE_COLUMNS = ("connection_id, event_index, time_ms, packet_number_space, largest_acknowledged, "
-                   "latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms, "
-                   "smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags")
-
-
-def _insert_samples(con, first_id: int, table: pa.Table) -> None:
-    replay_samples_arrow = table  # noqa: F841  (read by DuckDB's replacement scan of this frame's locals)
-    if not con.execute("SELECT EXISTS (SELECT 1 FROM logged_metrics WHERE connection_id >= ?)",
-                       [first_id]).fetchall()[0][0]:
-        # Nothing logged to set beside the replay (captures, traces without metrics events).
-        con.execute(f"""INSERT INTO rtt_samples
-            SELECT {_SAMPLE_COLUMNS}, {", ".join(["NULL"] * 9)}
-            FROM replay_samples_arrow ORDER BY connection_id, event_index""")
-        return
-    # The values the implementation logged right after the same ACK: the first metrics event
-    # after the ACK's packet that carries an RTT value, if it comes before the next packet the
-    # endpoint received (otherwise it belongs to something else); fields it did not log again
-    # carry their last logged value.  Producers that log a packet_received event only after
-    # handling its frames (quic-go, quirk metrics_before_packet_received) log those metrics
-    # *before* the packet: there, the last metrics event with an RTT value after the previous
-    # received packet.
-    con.execute("""INSERT INTO rtt_samples
-        WITH filled AS (
-            -- Producers that log only the fields that changed (quic-go, quinn): a missing
-            -- field keeps its last logged value.
-            SELECT connection_id, event_index,
-                   latest_rtt_ms IS NOT NULL OR smoothed_rtt_ms IS NOT NULL AS has_rtt,
-                   last_value(latest_rtt_ms IGNORE NULLS) OVER w AS latest_rtt_ms,
-                   last_value(min_rtt_ms IGNORE NULLS) OVER w AS min_rtt_ms,
-                   last_value(smoothed_rtt_ms IGNORE NULLS) OVER w AS smoothed_rtt_ms,
-                   last_value(rtt_variance_ms IGNORE NULLS) OVER w AS rtt_variance_ms
-            FROM logged_metrics
-            -- (a row without any RTT field adds nothing to fill, and most rows are
-            -- congestion-window updates: ~90 % in an aioquic transfer)
-            WHERE connection_id >= $first AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL
-                  OR smoothed_rtt_ms IS NOT NULL OR rtt_variance_ms IS NOT NULL)
-            WINDOW w AS (PARTITION BY connection_id ORDER BY event_index ROWS UNBOUNDED PRECEDING)),
-        m AS (SELECT * EXCLUDE (has_rtt) FROM filled WHERE has_rtt),
-        nxt AS (
-            SELECT connection_id, event_index,
-                   lead(event_index) OVER w AS next_index, lag(event_index) OVER w AS prev_index
-            FROM packets WHERE connection_id >= $first AND direction = 'received'
-            WINDOW w AS (PARTITION BY connection_id ORDER BY event_index)),
-        before AS (
-            SELECT connection_id,
-                   coalesce(array_to_string(quirks, ',') LIKE '%metrics_before_packet_received%', false) AS before
-            FROM connections WHERE connection_id >= $first),
-        s AS (SELECT s.*, coalesce(nxt.next_index, 9223372036854775807) AS next_index,
-                     coalesce(nxt.prev_index, -1) AS prev_index, b.before
-              FROM replay_samples_arrow s LEFT JOIN nxt USING (connection_id, event_index)
-              JOIN before b USING (connection_id)),
-        fwd AS (SELECT s.*, m.event_index AS f_index, m.latest_rtt_ms AS f_latest, m.min_rtt_ms AS f_min,
-                       m.smoothed_rtt_ms AS f_smoothed, m.rtt_variance_ms AS f_var
-                FROM s ASOF LEFT JOIN m ON s.connection_id = m.connection_id AND s.event_index < m.event_index),
-        j AS (SELECT fwd.*, m.event_index AS b_index, m.latest_rtt_ms AS b_latest, m.min_rtt_ms AS b_min,
-                     m.smoothed_rtt_ms AS b_smoothed, m.rtt_variance_ms AS b_var
-              FROM fwd ASOF LEFT JOIN m ON fwd.connection_id = m.connection_id AND fwd.event_index > m.event_index),
-        k AS (SELECT *,
-                     CASE WHEN before THEN b_index END AS m_index,
-                     CASE WHEN before THEN b_latest ELSE f_latest END AS l_latest,
-                     CASE WHEN before THEN b_min ELSE f_min END AS l_min,
-                     CASE WHEN before THEN b_smoothed ELSE f_smoothed END AS l_smoothed,
-                     CASE WHEN before THEN b_var ELSE f_var END AS l_var,
-                     CASE WHEN before THEN b_index IS NOT NULL AND b_index > prev_index
-                          ELSE f_index IS NOT NULL AND f_index < next_index END AS ok
-              FROM j)
-        SELECT connection_id, event_index, time_ms, packet_number_space, largest_acknowledged,
-               latest_rtt_ms, ack_delay_ms, ack_delay_used_ms, adjusted_rtt_ms, min_rtt_ms,
-               smoothed_rtt_ms, rttvar_ms, pto_ms, pto_count, pto_backoff_ms, handshake_confirmed, flags,
-               CASE WHEN ok THEN coalesce(m_index, f_index) END, CASE WHEN ok THEN l_latest END,
-               CASE WHEN ok THEN l_min END,
-               CASE WHEN ok THEN l_smoothed END, CASE WHEN ok THEN l_var END,
-               CASE WHEN ok THEN latest_rtt_ms - l_latest END, CASE WHEN ok THEN min_rtt_ms - l_min END,
-               CASE WHEN ok THEN smoothed_rtt_ms - l_smoothed END, CASE WHEN ok THEN rttvar_ms - l_var END
-        FROM k
-        ORDER BY connection_id, event_index""", {"first": first_id})
 
 
 def _replay_row(cid: int, endpoint: str, result: recovery.Replay, handshake: Handshake | None) -> tuple:
@@ -455,11 +401,12 @@ def replay_view(con: duckdb.DuckDBPyConnection, connection_id: int, endpoint: st
     'server'), returned and not stored — e.g. a capture taken on the server's host replayed as the
     server, next to what the server logged.  Only temp tables are written (read-only stores work)."""
     con.execute("""CREATE OR REPLACE TEMP TABLE rv AS
-        SELECT ?::BIGINT AS connection_id, ?::VARCHAR AS me, false AS pto_observable""",
+        SELECT ?::BIGINT AS connection_id, ?::VARCHAR AS me, false AS pto_observable,
+               false AS metrics_before_packet""",
                 [connection_id, endpoint])
     try:
         samples, [(_, count, without, unknown, lowest, _)] = _replayed(
-            con, connection_id, [(connection_id, endpoint, False)])
+            con, connection_id, [(connection_id, endpoint, False, False)])
     finally:
         con.execute("DROP TABLE IF EXISTS rv")
     return recovery.Replay(samples=recovery.samples_of(samples), acks_without_sample=without,

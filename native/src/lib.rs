@@ -290,6 +290,12 @@ type SentColumns = (input::Primitive, input::Primitive, input::Primitive, input:
 /// packet_number, flat ranges [low, high, …], value) columns.
 type EventColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
                      input::Primitive, input::List, input::Primitive);
+/// A batch of logged RTT metrics: (connection_id, event_index, latest_rtt_ms, min_rtt_ms,
+/// smoothed_rtt_ms, rtt_variance_ms) columns, rows with at least one of the four.
+type MetricColumns = (input::Primitive, input::Primitive, input::Primitive, input::Primitive, input::Primitive,
+                      input::Primitive);
+/// A batch of received packets: (connection_id, event_index) columns.
+type ReceivedColumns = (input::Primitive, input::Primitive);
 /// Per replayed connection: (connection_id, samples, ACKs without a sample, ACKs of packets not
 /// in the trace, lowest min_rtt, row of its first sample in the samples table).
 type ReplayStats = (i64, i64, i64, i64, Option<f64>, Option<usize>);
@@ -320,6 +326,14 @@ struct Replayer {
     sent: rustc_hash::FxHashMap<i64, [(Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>); 3]>,
     events: rustc_hash::FxHashMap<i64, Vec<Ev>>,
     ranges: Vec<(i64, i64)>,
+    /// per connection: its logged RTT metrics (event_index, latest, min, smoothed, rttvar), in
+    /// trace order, each field carrying its last logged value, only rows that log latest or
+    /// smoothed
+    metrics: rustc_hash::FxHashMap<i64, Vec<(i64, [Option<f64>; 4])>>,
+    /// the last logged value of each field so far, per connection (while metrics are added)
+    filled: rustc_hash::FxHashMap<i64, [Option<f64>; 4]>,
+    /// per connection: the trace positions of the packets it received, in order
+    received: rustc_hash::FxHashMap<i64, Vec<i64>>,
 }
 
 #[pymethods]
@@ -377,11 +391,43 @@ impl Replayer {
         })
     }
 
-    /// Replay every view `(connection_id, is_client, pto_observable)` (ascending ids).
-    /// `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST discard its
-    /// Handshake keys when the TLS handshake is confirmed".  Returns the samples (the columns of
-    /// `rtt_samples` up to `flags`) and a `ReplayStats` per view.  What was added is let go.
-    fn run<'py>(&mut self, py: Python<'py>, views: Vec<(i64, bool, bool)>, confirmation_discards_handshake: bool)
+    /// Logged RTT metrics, sorted by connection and position.  Producers that log only the
+    /// fields that changed (quic-go, quinn): a missing field keeps its last logged value.
+    fn add_metrics(&mut self, py: Python<'_>, batch: MetricColumns) {
+        py.detach(|| {
+            let (cid, at, latest, min, smoothed, var) = &batch;
+            for r in 0..cid.len() {
+                let c = cid.i64(r).unwrap_or(0);
+                let filled = self.filled.entry(c).or_default();
+                for (k, column) in [latest, min, smoothed, var].into_iter().enumerate() {
+                    if let Some(v) = column.f64(r) {
+                        filled[k] = Some(v);
+                    }
+                }
+                // (a row that logs neither latest_rtt nor smoothed_rtt is no answer to an ACK)
+                if latest.valid(r) || smoothed.valid(r) {
+                    self.metrics.entry(c).or_default().push((at.i64(r).unwrap_or(0), *filled));
+                }
+            }
+        })
+    }
+
+    /// The packets each connection's endpoint received, sorted by connection and position.
+    fn add_received(&mut self, py: Python<'_>, batch: ReceivedColumns) {
+        py.detach(|| {
+            let (cid, at) = &batch;
+            for r in 0..cid.len() {
+                self.received.entry(cid.i64(r).unwrap_or(0)).or_default().push(at.i64(r).unwrap_or(0));
+            }
+        })
+    }
+
+    /// Replay every view `(connection_id, is_client, pto_observable, metrics_before_packet)`
+    /// (ascending ids).  `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST
+    /// discard its Handshake keys when the TLS handshake is confirmed".  Returns the samples (the
+    /// columns of `rtt_samples`, each sample next to what the implementation logged after the same
+    /// ACK: see `logged`) and a `ReplayStats` per view.  What was added is let go.
+    fn run<'py>(&mut self, py: Python<'py>, views: Vec<(i64, bool, bool, bool)>, confirmation_discards_handshake: bool)
                 -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
         let (table, stats) = py.detach(|| self.replay_all(&views, confirmation_discards_handshake));
         Ok((table.to_py(py)?, stats))
@@ -389,8 +435,8 @@ impl Replayer {
 }
 
 impl Replayer {
-    fn replay_all(&mut self, views: &[(i64, bool, bool)], discards: bool) -> (columns::Table, Vec<ReplayStats>) {
-        use columns::{bools, f64s, i32s, i64s, text_lists, texts};
+    fn replay_all(&mut self, views: &[(i64, bool, bool, bool)], discards: bool) -> (columns::Table, Vec<ReplayStats>) {
+        use columns::{bools, f64s, i32s, i64s, text_lists, texts, Table};
         use recovery::{Event, SentLog};
         let mut table = columns::Table::new(vec![
             i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
@@ -401,7 +447,14 @@ impl Replayer {
         let mut flags: Vec<u8> = Vec::new(); // per sample row: its flag bits (the column is built last)
         let mut stats = Vec::with_capacity(views.len());
         let ranges = std::mem::take(&mut self.ranges);
-        for &(cid, is_client, pto_observable) in views {
+        let mut logged = Table::new(vec![
+            i64s("logged_event_index"), f64s("logged_latest_rtt_ms"), f64s("logged_min_rtt_ms"),
+            f64s("logged_smoothed_rtt_ms"), f64s("logged_rttvar_ms"), f64s("latest_rtt_diff_ms"),
+            f64s("min_rtt_diff_ms"), f64s("smoothed_rtt_diff_ms"), f64s("rttvar_diff_ms"),
+        ]);
+        for &(cid, is_client, pto_observable, metrics_before_packet) in views {
+            let metrics = self.metrics.remove(&cid).unwrap_or_default();
+            let received = self.received.remove(&cid).unwrap_or_default();
             let mut logs: [SentLog; 3] = self.sent.remove(&cid).unwrap_or_default()
                 .map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
             let stored = self.events.remove(&cid).unwrap_or_default();
@@ -447,6 +500,17 @@ impl Replayer {
                 });
                 c[15].bool(Some(s.handshake_confirmed));
                 flags.push(s.flags);
+                let found = logged_after(&metrics, &received, s.event_index, metrics_before_packet);
+                let c = &mut logged.columns;
+                c[0].i64(found.map(|(at, _)| at));
+                let values = found.map_or([None; 4], |(_, v)| v);
+                for (k, v) in values.iter().enumerate() {
+                    c[1 + k].f64(*v);
+                }
+                let replayed = [s.latest_rtt_ms, s.min_rtt_ms, s.smoothed_rtt_ms, s.rttvar_ms];
+                for k in 0..4 {
+                    c[5 + k].f64(values[k].map(|v| replayed[k] - v));
+                }
             };
             let result = recovery::replay(evs, is_client, pto_observable, &mut logs, &mut emit);
             if result.first_sample_inflated {
@@ -460,9 +524,36 @@ impl Replayer {
             column.texts(recovery::FLAG_NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name));
         }
         table.columns.push(column);
+        table.columns.extend(logged.columns);
         self.sent.clear();
         self.events.clear();
+        self.metrics.clear();
+        self.filled.clear();
+        self.received.clear();
         (table, stats)
+    }
+}
+
+/// The metrics the implementation logged right after the ACK of the sample at trace position
+/// `at`: the first metrics row after the ACK's packet, if it comes before the next packet the
+/// endpoint received (otherwise it belongs to something else).  Producers that log a
+/// packet_received event only after handling its frames (quic-go, quirk
+/// metrics_before_packet_received) log those metrics *before* the packet: there, the last
+/// metrics row after the previous received packet.  (position, [latest, min, smoothed, rttvar]).
+fn logged_after(metrics: &[(i64, [Option<f64>; 4])], received: &[i64], at: i64, before: bool)
+                -> Option<(i64, [Option<f64>; 4])> {
+    let i = received.partition_point(|&r| r < at);
+    let (prev, next) = if received.get(i) == Some(&at) {
+        (if i > 0 { received[i - 1] } else { -1 }, received.get(i + 1).copied().unwrap_or(i64::MAX))
+    } else {
+        (-1, i64::MAX) // (not a received packet's: any row after, or before, will do)
+    };
+    let j = metrics.partition_point(|&(m, _)| m <= at); // the first row after the ACK's packet
+    if before {
+        let k = metrics[..j].partition_point(|&(m, _)| m < at);
+        (k > 0 && metrics[k - 1].0 > prev).then(|| metrics[k - 1])
+    } else {
+        metrics.get(j).filter(|&&(m, _)| m < next).copied()
     }
 }
 
