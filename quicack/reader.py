@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import orjson
 
 from . import native, qlog
@@ -98,7 +97,6 @@ class Source:
     events: int = 0
     _slices: Iterator[Slice] | None = None
     _temps: list[str] = field(default_factory=list)
-    _cursor: object = None  # a side cursor the slices use, closed with the source
     _delta_sum: dict[int, float] = field(default_factory=dict)
     _diagnose: object = None
     unit: str = "byte"  # what positions in its messages count ('decompressed byte' for gzip)
@@ -115,9 +113,6 @@ class Source:
             _unlink(tmp)
         if hasattr(self._slices, "close"):
             self._slices.close()
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
 
     def __enter__(self) -> "Source":
         return self
@@ -169,10 +164,9 @@ def _ended_early(name: str, unit: str, at: int, error: Exception) -> str:
     return f"{name}: stream ends with an error at {unit} {at} ({error}); kept the complete records before it"
 
 
-def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
+def open_source(path: Path) -> Source:
     """Sniff ``path`` and read its header; raise QuicackError if nothing is readable.
 
-    ``con`` is used only on a side cursor (to check cuts of JSON documents), never for writing.
     """
     name = str(path)
     try:
@@ -216,7 +210,7 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
                     doc = None  # cut short, or beyond orjson: the streaming pass, then salvage
                 if doc is not None:
                     return _open_json_whole(name, data, size, doc)
-            found = _open_json_streaming(path, name, size, con)
+            found = _open_json_streaming(path, name, size)
             if found is not None:
                 return found
             with open(path, "rb") as f:
@@ -225,7 +219,7 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
         rest, error = (b"", error) if error is not None or want <= 0 else _read(stream, want)
         data = head + rest
         if len(data) > WHOLE_JSON_BYTES:
-            return _open_json_gzip(name, stream, data, size, con, error)
+            return _open_json_gzip(name, stream, data, size, error)
         if error is None:
             rest, error = _read(stream)
             data += rest
@@ -237,7 +231,7 @@ def open_source(path: Path, con: duckdb.DuckDBPyConnection) -> Source:
         raise
 
 
-def _open_json_gzip(name: str, stream, head: bytes, size: int, con, error: Exception | None) -> Source:
+def _open_json_gzip(name: str, stream, head: bytes, size: int, error: Exception | None) -> Source:
     """A gzip JSON document larger than WHOLE_JSON_BYTES decompressed: written to a temporary
     file and cut like a plain one (parsed whole, an 80 MB document took 12 × its gzip file's size
     … 970 MB … of memory).  Progress counts the gzip file's bytes, positions the decompressed ones."""
@@ -256,7 +250,7 @@ def _open_json_gzip(name: str, stream, head: bytes, size: int, con, error: Excep
         stream.close()
         early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
         # (a gzip stream that ends early mostly leaves a document cut short: read as one)
-        found = _open_json_streaming(Path(tmp), name, total, con, unit="decompressed byte")
+        found = _open_json_streaming(Path(tmp), name, total, unit="decompressed byte")
         if found is None:  # a layout the cutter does not follow: parsed whole
             with open(tmp, "rb") as f:
                 return _open_json_whole(name, f.read(), size, unit="decompressed byte", warnings=early)
@@ -512,25 +506,25 @@ class _Irregular(Exception):
     """The streaming pass cannot follow this document; parse it whole instead."""
 
 
-def _open_json_streaming(path: Path, name: str, size: int, con, unit: str = "byte") -> Source | None:
+def _open_json_streaming(path: Path, name: str, size: int, unit: str = "byte") -> Source | None:
     """Find the events arrays of a JSON document and cut them into slices, or None.  ``unit``:
     what the positions in messages count."""
     source = Source(name, "json", "", [], size, unit=unit)
     try:
         with open(path, "rb") as f:
-            if _open_one_array(source, path, f, con):
+            if _open_one_array(source, path, f):
                 return source
             f.seek(max(0, size - 64))
             ends_open = not f.read().rstrip().endswith(b"}")  # a whole document ends with '}'
     except OSError:
         ends_open = False
     if ends_open:
-        found = _open_cut_short(path, name, size, con, unit)
+        found = _open_cut_short(path, name, size, unit)
         if found is not None:
             return found
     try:
-        with open(path, "rb") as f, con.cursor() as side:
-            skeleton, plan = _plan_json(source, f, size, side, cut_short=True)
+        with open(path, "rb") as f:
+            skeleton, plan = _plan_json(source, f, size, cut_short=True)
         cut_short = bool(source.warnings)  # the file ended inside its last events array
         if (ends_open and not cut_short) or (cut_short and not any(parts for parts, _ in plan)):
             # cut short outside the last events array, or before any complete event: the
@@ -541,9 +535,9 @@ def _open_json_streaming(path: Path, name: str, size: int, con, unit: str = "byt
             raise _Irregular("the document does not close")
         version = qlog.generation(doc)
         trace_docs = qlog.traces_of(doc)
-    except (_Irregular, orjson.JSONDecodeError, QuicackError, duckdb.Error, OSError):
+    except (_Irregular, orjson.JSONDecodeError, QuicackError, OSError):
         source.close()
-        return _open_cut_short(path, name, size, con, unit)
+        return _open_cut_short(path, name, size, unit)
     with_events = [i for i, t in enumerate(trace_docs) if "events" in t]
     if len(with_events) != len(plan) or any(trace_docs[i]["events"] != [] for i in with_events):
         source.close()
@@ -564,14 +558,14 @@ def _open_json_streaming(path: Path, name: str, size: int, con, unit: str = "byt
     return source
 
 
-def _open_cut_short(path: Path, name: str, size: int, con, unit: str = "byte") -> Source | None:
+def _open_cut_short(path: Path, name: str, size: int, unit: str = "byte") -> Source | None:
     """A document of one events array that ends inside it (a writer killed mid-file: JSON qlog
     writers close the array and the document only when the connection ends), cut like a whole
     one up to its last complete event; None if it is not one (parsed whole, then salvaged)."""
     source = Source(name, "json", "", [], size, unit=unit)
     try:
         with open(path, "rb") as f:
-            if _open_one_array(source, path, f, con, cut_short=True):
+            if _open_one_array(source, path, f, cut_short=True):
                 return source
     except OSError:
         pass
@@ -584,7 +578,7 @@ TAIL_BYTES = 1 << 16
 HEADER_BYTES = 1 << 20
 
 
-def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False) -> bool:
+def _open_one_array(source: Source, path: Path, f, cut_short: bool = False) -> bool:
     """Set ``source`` up to be cut while staged if its document holds exactly one non-empty events
     array; False (``source`` untouched) otherwise.
 
@@ -641,8 +635,7 @@ def _open_one_array(source: Source, path: Path, f, con, cut_short: bool = False)
     source.qlog_version = version
     source.traces = [qlog.describe_trace(doc, trace, i, _first_time(first, trace) if i == index else None)
                      for i, trace in enumerate(trace_docs)]
-    source._cursor = con.cursor()  # (closed with the source)
-    source._slices = _lazy_cuts(source, path, source._cursor, index, start, end, cut_short)
+    source._slices = _lazy_cuts(source, path, index, start, end, cut_short)
     return True
 
 
@@ -706,7 +699,7 @@ def _first_element_of(f, start: int, end: int):
     return None
 
 
-def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: int,
+def _lazy_cuts(source: Source, path: Path, index: int, start: int, end: int,
                cut_short: bool = False) -> Iterator[Slice]:
     """The slices of the events array from ``start`` to the ``]`` at ``end``, each cut only when
     asked for: by the thread staging slices.  A candidate cut is checked by staging the slice
@@ -740,7 +733,7 @@ def _lazy_cuts(source: Source, path: Path, side, index: int, start: int, end: in
                 cuts = [m.end() - 1 for m in _CUT.finditer(window, base)]
             candidates = _candidates(source, window, cuts)
             del window  # (the slice is read from its file: not held while staged and normalized)
-            found = _staged_cut(source, candidates, side, index, source.size if final else cur)
+            found = _staged_cut(source, candidates, index, source.size if final else cur)
             if found is None and final:
                 raise QuicackError("malformed events array", source.name, f"{source.unit} {cur}")
             if found is None:
@@ -776,14 +769,14 @@ def _candidates(source: Source, window: bytes, cuts: list[int]) -> Iterator[tupl
     _unlink(tmp)
 
 
-def _staged_cut(source: Source, candidates: Iterator[tuple[int, str]], side, index: int, done_base: int):
+def _staged_cut(source: Source, candidates: Iterator[tuple[int, str]], index: int, done_base: int):
     """(cut, slice staged) for the first of ``candidates`` that stages as a JSON array; None if
     none does (a cut inside a string leaves it unterminated, a bad event does not parse at any)."""
     with contextlib.closing(candidates):
         for cut, tmp in candidates:
             part = Slice(index, tmp, "array", done_base if done_base == source.size else done_base + cut)
             try:
-                part.staged = stage(side, source, part)
+                part.staged = stage(source, part)
             except QuicackError:
                 continue
             return cut, part
@@ -843,7 +836,7 @@ class _Batch:
         self.members, self.bodies, self.size, self.done = [], [], 0, 0
 
 
-def _plan_json(source: Source, f, size: int, side, cut_short: bool = False) -> tuple[bytes, list]:
+def _plan_json(source: Source, f, size: int, cut_short: bool = False) -> tuple[bytes, list]:
     """One pass over the document: the skeleton (document with empty events arrays) and, per
     events array, its slices as (temporary file, end offset) plus its first event.  ``cut_short``:
     the file may end inside its last events array (:func:`_cut_array`, which then warns); the
@@ -861,7 +854,7 @@ def _plan_json(source: Source, f, size: int, side, cut_short: bool = False) -> t
         start, end = m
         f.seek(pos)
         skeleton.append(f.read(end - pos))
-        parts, first, close = _cut_array(source, f, end, size, side, cut_short, kept)
+        parts, first, close = _cut_array(source, f, end, size, cut_short, kept)
         plan.append((parts, first))
         if parts:
             kept = _element_end(f, parts[-1][1])
@@ -890,7 +883,7 @@ def _element_end(f, cut: int) -> int:
     return cut - (len(before) - len(before.rstrip()))
 
 
-def _cut_array(source: Source, f, start: int, size: int, side, cut_short: bool = False,
+def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False,
                kept: int | None = None):
     """Cut the events array whose elements begin at ``start`` into checked slices.
 
@@ -912,10 +905,9 @@ def _cut_array(source: Source, f, start: int, size: int, side, cut_short: bool =
         if reaches_bound:
             # The array usually ends just before the bound: look in the tail first.
             tail_at = max(0, len(window) - (1 << 16))
-            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)], side)
+            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)])
             if found is None and tail_at:
-                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at],
-                                  side)
+                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at])
             if found is None and bound < size:
                 # The "events" key found next was inside an event: look up to the one after it.
                 following = _search(f, _EVENTS_KEY, bound + 1, size)
@@ -934,19 +926,19 @@ def _cut_array(source: Source, f, start: int, size: int, side, cut_short: bool =
                                            f"complete event up to {source.unit} {last_end}")
                     if last is None:
                         return parts, first, size
-                    found = _try_cuts(source, window, [last], side)
+                    found = _try_cuts(source, window, [last])
             if found is None:
                 raise _Irregular("no end of the events array")
             cut, tmp, n = found
             if n:
                 parts.append((tmp, cur + cut, n))
-                first = first if first is not None else _first_element(side, tmp)
+                first = first if first is not None else _first_element(tmp)
             else:
                 _unlink(tmp)
             return parts, first, size if ends_inside else cur + cut
         tail = window[-(1 << 16):]
         base = len(window) - len(tail)
-        found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)], side)
+        found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)])
         if found is None:
             if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
                 raise _Irregular("no element boundary found")
@@ -954,12 +946,12 @@ def _cut_array(source: Source, f, start: int, size: int, side, cut_short: bool =
             continue
         cut, tmp, n = found
         parts.append((tmp, cur + cut, n))
-        first = first if first is not None else _first_element(side, tmp)
+        first = first if first is not None else _first_element(tmp)
         cur += cut + 1
         want = slice_bytes
 
 
-def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int, str, int] | None:
+def _try_cuts(source: Source, window: bytes, cuts: list[int]) -> tuple[int, str, int] | None:
     """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array."""
     with contextlib.closing(_candidates(source, window, cuts)) as candidates:
         for cut, tmp in candidates:
@@ -971,7 +963,7 @@ def _try_cuts(source: Source, window: bytes, cuts: list[int], side) -> tuple[int
     return None
 
 
-def _first_element(side, tmp: str):
+def _first_element(tmp: str):
     _, first = native.array_elements(tmp)
     return None if first is None else orjson.loads(first)
 
@@ -1077,20 +1069,19 @@ def _salvage(data: bytes):
 
 # --- staging one slice into ev ------------------------------------------------------------------
 
-def staged_slices(con: duckdb.DuckDBPyConnection, source: Source,
-                  prepare: Callable[[Slice, native.Staged], object] | None = None) -> Iterator[tuple[Slice, object]]:
+def staged_slices(source: Source, prepare: Callable[[Slice, native.Staged], object] | None = None
+                  ) -> Iterator[tuple[Slice, object]]:
     """Each slice of ``source`` with its staged events (:func:`stage`), in file order — or with
     what ``prepare(slice, staged)`` makes of them, in the same thread (the rows the normalizer
     makes of them, :meth:`quicack.normalize.Normalizer.rows`).
 
-    The next slice is cut, staged and prepared in a thread, on a cursor of ``con`` (it only
-    reads files), while the caller stores the current one: the native core and DuckDB release
-    the GIL while they work, so the two overlap on two cores.  The thread stages a slice only
-    once the caller has taken the previous one, so at most two slices are held at a time.
+    The next slice is cut, staged and prepared in a thread while the caller stores the current
+    one: the native core and DuckDB release the GIL while they work, so the two overlap on two
+    cores.  The thread stages a slice only once the caller has taken the previous one, so at most
+    two slices are held at a time.
     """
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
-    cursor = con.cursor()
 
     def produce() -> None:
         try:
@@ -1099,7 +1090,7 @@ def staged_slices(con: duckdb.DuckDBPyConnection, source: Source,
                     break
                 staged, part.staged = part.staged, None
                 if staged is None:
-                    staged = stage(cursor, source, part)
+                    staged = stage(source, part)
                 handoff.put((part, staged if prepare is None else prepare(part, staged)))
                 handoff.join()  # until the caller has taken it
         except BaseException as e:  # handed to the caller, raised there
@@ -1127,13 +1118,11 @@ def staged_slices(con: duckdb.DuckDBPyConnection, source: Source,
             except queue.Empty:
                 pass
         worker.join()
-        cursor.close()
 
 
-def stage(con: duckdb.DuckDBPyConnection, source: Source, part: Slice) -> native.Staged:
+def stage(source: Source, part: Slice) -> native.Staged:
     """The events of one slice, parsed and their columns taken out by the native core
-    (:func:`quicack._native.stage`, without Python's lock), in file order.  ``con`` is not used
-    (the signature of a stager)."""
+    (:func:`quicack._native.stage`, without Python's lock), in file order."""
     info = source.traces[part.trace_index]
     delta = info.time_format == "delta"
     try:

@@ -350,12 +350,12 @@ class Store:
             else:
                 from . import normalize, reader  # qlog only: a capture needs neither (~20 ms of imports)
 
-                with reader.open_source(path, self.con) as staged:
+                with reader.open_source(path) as staged:
                     staged.warnings.extend(notes)
                     normalizer = normalize.Normalizer(self.con, staged.traces, file_id, ids.connections)
                     # (each slice's rows are made in the thread that stages the next one)
                     parts = reader.staged_slices(
-                        self.con, staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces))
+                        staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces))
                     with contextlib.closing(parts):
                         for part, rows in parts:  # bounded slices, in file order
                             normalizer.insert(rows)

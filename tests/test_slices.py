@@ -17,7 +17,6 @@ import tempfile
 import zlib
 from pathlib import Path
 
-import duckdb
 import orjson
 import pytest
 
@@ -46,9 +45,9 @@ def ingest_with(path: Path, tmp_path: Path, name: str, slice_bytes: int, monkeyp
     staged = []
     real_stage = reader.stage
 
-    def counting_stage(con, source, part):
+    def counting_stage(source, part):
         staged.append(part)
-        return real_stage(con, source, part)
+        return real_stage(source, part)
     with monkeypatch.context() as m:
         m.setattr(reader, "SLICE_BYTES", slice_bytes)
         if chunk_bytes:
@@ -297,7 +296,7 @@ def _ingest_counting(path: Path, db: Path, monkeypatch, **patches) -> tuple[dict
     with monkeypatch.context() as m:
         for name, value in patches.items():
             m.setattr(reader, name, value)
-        m.setattr(reader, "stage", lambda con, source, part: staged.append(part) or real_stage(con, source, part))
+        m.setattr(reader, "stage", lambda source, part: staged.append(part) or real_stage(source, part))
         with Store(db) as store:
             assert store.ingest(path).status == "ingested"
             return snapshot(store), staged
@@ -414,8 +413,8 @@ def test_an_element_longer_than_a_slice_is_staged_whole_between_small_ones(store
         {"vantage_point": {"type": "client"}, "events": [*ticks(0), blob, *ticks(60_001)]}]})
     monkeypatch.setattr(reader, "WHOLE_JSON_BYTES", 0)  # (cut and staged, not parsed whole)
     staged = []
-    monkeypatch.setattr(reader, "stage", lambda con, source, part, real=reader.stage: staged.append(
-        os.path.getsize(part.path)) or real(con, source, part))
+    monkeypatch.setattr(reader, "stage", lambda source, part, real=reader.stage: staged.append(
+        os.path.getsize(part.path)) or real(source, part))
     result = store.ingest(path)
     assert result.status == "ingested" and result.events == 120_001
     assert max(staged) > 30_000_000 and len(staged) >= 3
@@ -497,7 +496,7 @@ def test_a_large_gzip_json_document_is_cut_like_a_plain_one(tmp_path, monkeypatc
         m.setattr(reader, "SLICE_BYTES", 40_000)
         staged = []
         real_stage = reader.stage
-        m.setattr(reader, "stage", lambda con, source, part: staged.append(part) or real_stage(con, source, part))
+        m.setattr(reader, "stage", lambda source, part: staged.append(part) or real_stage(source, part))
         parsed_whole = []
         real_whole = reader._open_json_whole
         m.setattr(reader, "_open_json_whole", lambda *a, **k: parsed_whole.append(a[0]) or real_whole(*a, **k))
