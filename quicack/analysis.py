@@ -265,8 +265,7 @@ _SENT_SQL = f"""
     FROM packets p JOIN rv USING (connection_id)
     WHERE p.connection_id >= $first AND p.sender = rv.me AND p.packet_number IS NOT NULL
           AND p.packet_number_space IS NOT NULL
-    ORDER BY p.connection_id, space, p.packet_number, p.event_index
-"""
+"""  # (in any order: the replay sorts each space's packets if they are not in packet number order)
 
 _EVENT_SQL = """
     -- kind order within one event: 1 ACK, 2 lost, 3 PTO, 4 discard, 5 confirmed, 6 peer TP, 7 Retry
@@ -350,14 +349,15 @@ def _replayed(con, first_id: int, views: list[tuple]) -> tuple[pa.Table, list[tu
     packets are never held as an Arrow table beside the replay's own columns).  Returns the
     samples (the columns of ``rtt_samples``) and, per view, (connection_id, samples, ACKs without
     a sample, ACKs of packets not in the trace, lowest min_rtt, the row of its first sample)."""
-    replayer = native.Replayer()
+    replayer = native.Replayer([(cid, me == "client", bool(observable), bool(before))
+                                for cid, me, observable, before in views])
+    # (received packets before the metrics: only the metrics rows next to them are kept)
     for sql, add in ((_SENT_SQL, replayer.add_sent), (_EVENT_SQL, replayer.add_events),
-                     (_METRICS_SQL, replayer.add_metrics), (_RECEIVED_SQL, replayer.add_received)):
+                     (_RECEIVED_SQL, replayer.add_received), (_METRICS_SQL, replayer.add_metrics)):
         for batch in con.sql(sql, params={"first": first_id}).to_arrow_reader(REPLAY_BATCH_ROWS):
             add(tuple(native.column(c) for c in batch.columns))
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory otherwise
-    table, stats = replayer.run([(cid, me == "client", bool(observable), bool(before))
-                                 for cid, me, observable, before in views], True)
+    table, stats = replayer.run(True)
     return native.table(table), stats
 
 

@@ -209,14 +209,14 @@ def replay(events: Iterable, *, is_client: bool, pto_observable: bool = False) -
             rows.append((at, 7, ev.time_ms, None, None, None, None))
         else:
             raise TypeError(f"not a replay event: {ev!r}")
-    replayer = native.Replayer()
+    replayer = native.Replayer([(0, is_client, pto_observable, False)])
     types = (pa.int64(), pa.int64(), pa.float64(), pa.bool_(), pa.int64())
     replayer.add_sent((native.column(pa.array([0] * len(sent), pa.int64())),
                        *(native.column(pa.array([r[i] for r in sent], t)) for i, t in enumerate(types))))
     types = (pa.int64(), pa.int64(), pa.float64(), pa.int64(), pa.int64(), pa.list_(pa.int64()), pa.float64())
     replayer.add_events((native.column(pa.array([0] * len(rows), pa.int64())),
                          *(native.column(pa.array([r[i] for r in rows], t)) for i, t in enumerate(types))))
-    table, [(_, count, without, unknown, lowest, _)] = replayer.run([(0, is_client, pto_observable, False)], False)
+    table, [(_, count, without, unknown, lowest, _)] = replayer.run(False)
     return Replay(samples=samples_of(native.table(table)), acks_without_sample=without,
                   acks_of_unknown_packets=unknown, sample_count=count, lowest_min_rtt_ms=lowest)
 

@@ -316,31 +316,36 @@ struct Ev {
 /// other events handed in a batch at a time (held as the replay needs them, not as the batches
 /// came), then `run`.
 ///
-/// Sent packets come sorted by connection, space, packet number and position; events sorted by
-/// connection, position and kind — kinds 1 ACK, 2 lost, 3 PTO expired, 4 space discarded, 5
-/// handshake confirmed, 6 peer max_ack_delay (value), 7 Retry; spaces 0 initial, 1 handshake, 2
-/// application.
+/// Sent packets come in any order (each space's are sorted by packet number and position when
+/// they are not); events sorted by connection, position and kind — kinds 1 ACK, 2 lost, 3 PTO
+/// expired, 4 space discarded, 5 handshake confirmed, 6 peer max_ack_delay (value), 7 Retry;
+/// spaces 0 initial, 1 handshake, 2 application.
 #[pyclass(module = "quicack._native")]
 #[derive(Default)]
 struct Replayer {
+    /// the connections to replay: (connection_id, is_client, pto_observable, metrics_before_packet)
+    views: Vec<(i64, bool, bool, bool)>,
     sent: rustc_hash::FxHashMap<i64, [(Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>); 3]>,
     events: rustc_hash::FxHashMap<i64, Vec<Ev>>,
     ranges: Vec<(i64, i64)>,
-    /// per connection: its logged RTT metrics (event_index, latest, min, smoothed, rttvar), in
-    /// trace order, each field carrying its last logged value, only rows that log latest or
-    /// smoothed
+    /// per connection: the logged RTT metrics rows (event_index, latest, min, smoothed, rttvar)
+    /// that can be set beside a sample (see `add_metrics`), in trace order, each field carrying
+    /// its last logged value
     metrics: rustc_hash::FxHashMap<i64, Vec<(i64, [Option<f64>; 4])>>,
-    /// the last logged value of each field so far, per connection (while metrics are added)
-    filled: rustc_hash::FxHashMap<i64, [Option<f64>; 4]>,
+    /// per connection, while metrics are added: the last logged value of each field so far, the
+    /// next received packet (index into `received`) and the row kept for the packet before it
+    filling: rustc_hash::FxHashMap<i64, ([Option<f64>; 4], usize, Option<(i64, [Option<f64>; 4])>)>,
     /// per connection: the trace positions of the packets it received, in order
     received: rustc_hash::FxHashMap<i64, Vec<i64>>,
 }
 
 #[pymethods]
 impl Replayer {
+    /// The connections to replay: (connection_id, is_client, pto_observable,
+    /// metrics_before_packet), ascending ids.
     #[new]
-    fn new() -> Self {
-        Replayer::default()
+    fn new(views: Vec<(i64, bool, bool, bool)>) -> Self {
+        Replayer { views, ..Replayer::default() }
     }
 
     fn add_sent(&mut self, py: Python<'_>, batch: SentColumns) {
@@ -391,28 +396,52 @@ impl Replayer {
         })
     }
 
-    /// Logged RTT metrics, sorted by connection and position.  Producers that log only the
-    /// fields that changed (quic-go, quinn): a missing field keeps its last logged value.
+    /// Logged RTT metrics, sorted by connection and position (after every received packet was
+    /// added).  Producers that log only the fields that changed (quic-go, quinn): a missing field
+    /// keeps its last logged value.  Only the rows `logged_after` can pick are kept — the first
+    /// after each received packet, or (metrics logged before their packet) the last before
+    /// each — so a long connection's metrics are not all held.
     fn add_metrics(&mut self, py: Python<'_>, batch: MetricColumns) {
         py.detach(|| {
             let (cid, at, latest, min, smoothed, var) = &batch;
             for r in 0..cid.len() {
                 let c = cid.i64(r).unwrap_or(0);
-                let filled = self.filled.entry(c).or_default();
+                let position = at.i64(r).unwrap_or(0);
+                let before = self.views.iter().any(|v| v.0 == c && v.3);
+                let received = self.received.get(&c).map_or(&[][..], |v| &v[..]);
+                let kept = self.metrics.entry(c).or_default();
+                let (filled, next, pending) = self.filling.entry(c).or_default();
                 for (k, column) in [latest, min, smoothed, var].into_iter().enumerate() {
                     if let Some(v) = column.f64(r) {
                         filled[k] = Some(v);
                     }
                 }
                 // (a row that logs neither latest_rtt nor smoothed_rtt is no answer to an ACK)
-                if latest.valid(r) || smoothed.valid(r) {
-                    self.metrics.entry(c).or_default().push((at.i64(r).unwrap_or(0), *filled));
+                if !(latest.valid(r) || smoothed.valid(r)) {
+                    continue;
+                }
+                let row = (position, *filled);
+                if before {
+                    // the last row before each received packet
+                    while *next < received.len() && received[*next] < position {
+                        kept.extend(pending.take());
+                        *next += 1;
+                    }
+                    *pending = Some(row);
+                } else {
+                    // the first row after each received packet (and before any)
+                    let passed = received.partition_point(|&p| p < position);
+                    if kept.is_empty() || passed > *next {
+                        kept.push(row);
+                        *next = passed;
+                    }
                 }
             }
         })
     }
 
-    /// The packets each connection's endpoint received, sorted by connection and position.
+    /// The packets each connection's endpoint received, sorted by connection and position (before
+    /// the metrics).
     fn add_received(&mut self, py: Python<'_>, batch: ReceivedColumns) {
         py.detach(|| {
             let (cid, at) = &batch;
@@ -422,13 +451,13 @@ impl Replayer {
         })
     }
 
-    /// Replay every view `(connection_id, is_client, pto_observable, metrics_before_packet)`
-    /// (ascending ids).  `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST
+    /// Replay every view.  `confirmation_discards_handshake`: RFC 9001 §4.9.2, "An endpoint MUST
     /// discard its Handshake keys when the TLS handshake is confirmed".  Returns the samples (the
     /// columns of `rtt_samples`, each sample next to what the implementation logged after the same
-    /// ACK: see `logged`) and a `ReplayStats` per view.  What was added is let go.
-    fn run<'py>(&mut self, py: Python<'py>, views: Vec<(i64, bool, bool, bool)>, confirmation_discards_handshake: bool)
+    /// ACK: see `logged_after`) and a `ReplayStats` per view.  What was added is let go.
+    fn run<'py>(&mut self, py: Python<'py>, confirmation_discards_handshake: bool)
                 -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
+        let views = std::mem::take(&mut self.views);
         let (table, stats) = py.detach(|| self.replay_all(&views, confirmation_discards_handshake));
         Ok((table.to_py(py)?, stats))
     }
@@ -453,7 +482,10 @@ impl Replayer {
             f64s("min_rtt_diff_ms"), f64s("smoothed_rtt_diff_ms"), f64s("rttvar_diff_ms"),
         ]);
         for &(cid, is_client, pto_observable, metrics_before_packet) in views {
-            let metrics = self.metrics.remove(&cid).unwrap_or_default();
+            let mut metrics = self.metrics.remove(&cid).unwrap_or_default();
+            if let Some((_, _, pending)) = self.filling.remove(&cid) {
+                metrics.extend(pending); // (the last row before packets not yet passed)
+            }
             let received = self.received.remove(&cid).unwrap_or_default();
             let mut logs: [SentLog; 3] = self.sent.remove(&cid).unwrap_or_default()
                 .map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
@@ -528,7 +560,7 @@ impl Replayer {
         self.sent.clear();
         self.events.clear();
         self.metrics.clear();
-        self.filled.clear();
+        self.filling.clear();
         self.received.clear();
         (table, stats)
     }
