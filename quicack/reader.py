@@ -47,7 +47,9 @@ from .model import QuicackError, TraceInfo
 from .normalize import slice_key
 
 #: Bytes of records staged and normalized at a time (tests shrink it to force many slices).
-SLICE_BYTES = 12 << 20
+#: 8 MB: measured on the 300 MB benchmark files, alternating, 4–5 runs each: peak RSS 0.87–0.92 ×
+#: the aioquic JSON-SEQ file, where 12 MB slices took 0.90–1.00 ×, and no slower (4 MB: ~5 % slower).
+SLICE_BYTES = 8 << 20
 CHUNK_BYTES = 2 << 20
 HEAD_BYTES = 1 << 20
 #: the longest stretch of a JSON document searched for the end of one event before giving up
@@ -61,19 +63,13 @@ MAX_CUT_TRIES = 64
 WHOLE_JSON_BYTES = 16 << 20
 
 
-def _array_slice_bytes() -> int:
-    """A JSON document's slices: 5/6 of SLICE_BYTES (10 MB).  Measured on the 300 MB benchmark
-    file, alternating, 12 runs each: peak RSS 0.89–0.97 × the file (mean 0.92) with 10 MB
-    slices, 0.92–1.04 × (mean 0.96) with 12 MB, for ~2 % more wall time (its JSON-SEQ twin
-    stays at 0.92–0.97 × with 12 MB, and is ~8 % slower with 10 MB)."""
-    return SLICE_BYTES * 5 // 6
-
-
 @dataclass
 class Slice:
     trace_index: int
     path: str  # temporary file holding the slice
-    kind: str  # 'lines': one record per line; 'array': a JSON array of events
+    #: 'lines': one record per line (or after each record separator); 'array': a JSON array of
+    #: events; 'elements': the elements of one, without its brackets
+    kind: str
     done_bytes: int  # position in the file (compressed bytes for gzip) reached after this slice
     #: the slice is bytes [start, end) of ``path``, the source file itself (not a temporary file)
     range: tuple[int, int] | None = None
@@ -706,13 +702,19 @@ def _lazy_cuts(source: Source, path: Path, index: int, start: int, end: int,
     (:func:`_staged_cut`), so that each slice is parsed once, not once to check and once to stage.
     ``cut_short``: the file ends inside the array (``end`` is its size); the last slice ends with
     the last complete event, and a warning says where."""
-    slice_bytes = _array_slice_bytes()
+    slice_bytes = SLICE_BYTES
     with open(path, "rb") as f:
         cur, want = start, slice_bytes
         while cur < end:
-            f.seek(cur)
-            window = f.read(min(want, end - cur))
-            final = cur + len(window) >= end
+            final = cur + want >= end
+            if final:
+                f.seek(cur)
+                window = f.read(end - cur)
+            else:
+                # (only the tail is looked at: the stager reads the slice from the file itself)
+                tail_at = max(cur, cur + want - (1 << 16))
+                f.seek(tail_at)
+                window = f.read(cur + want - tail_at)
             if final and cut_short:
                 # (the file ends inside the array, or after it closed but before the document
                 # did: cut short either way)
@@ -729,11 +731,9 @@ def _lazy_cuts(source: Source, path: Path, index: int, start: int, end: int,
             if final:
                 cuts = [len(window)]
             else:
-                base = max(0, len(window) - (1 << 16))
-                cuts = [m.end() - 1 for m in _CUT.finditer(window, base)]
-            candidates = _candidates(source, window, cuts)
-            del window  # (the slice is read from its file: not held while staged and normalized)
-            found = _staged_cut(source, candidates, index, source.size if final else cur)
+                cuts = [tail_at - cur + m.end() - 1 for m in _CUT.finditer(window)]
+            del window
+            found = _staged_cut(source, path, cuts, index, cur, source.size if final else None)
             if found is None and final:
                 raise QuicackError("malformed events array", source.name, f"{source.unit} {cur}")
             if found is None:
@@ -769,17 +769,18 @@ def _candidates(source: Source, window: bytes, cuts: list[int]) -> Iterator[tupl
     _unlink(tmp)
 
 
-def _staged_cut(source: Source, candidates: Iterator[tuple[int, str]], index: int, done_base: int):
-    """(cut, slice staged) for the first of ``candidates`` that stages as a JSON array; None if
-    none does (a cut inside a string leaves it unterminated, a bad event does not parse at any)."""
-    with contextlib.closing(candidates):
-        for cut, tmp in candidates:
-            part = Slice(index, tmp, "array", done_base if done_base == source.size else done_base + cut)
-            try:
-                part.staged = stage(source, part)
-            except QuicackError:
-                continue
-            return cut, part
+def _staged_cut(source: Source, path: Path, cuts: list[int], index: int, start: int, done: int | None):
+    """(cut, slice staged) for the last of ``cuts`` (offsets from ``start`` in ``path``, at most
+    MAX_CUT_TRIES from the end) at which the elements from ``start`` stage; None if none does (a
+    cut inside a string leaves it unterminated, a bad event does not parse at any).  ``done``:
+    the slice's progress, else where it ends."""
+    for cut in reversed(cuts[-MAX_CUT_TRIES:]):
+        part = Slice(index, str(path), "elements", start + cut if done is None else done, range=(start, start + cut))
+        try:
+            part.staged = stage(source, part)
+        except QuicackError:
+            continue
+        return cut, part
     return None
 
 
@@ -897,7 +898,7 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
     cur = start
     bound = _search(f, _EVENTS_KEY, start, size)
     bound = bound[0] if bound else size
-    want = slice_bytes = _array_slice_bytes()
+    want = slice_bytes = SLICE_BYTES
     while True:
         f.seek(cur)
         window = f.read(min(want, bound - cur))
@@ -1126,8 +1127,8 @@ def stage(source: Source, part: Slice) -> native.Staged:
     info = source.traces[part.trace_index]
     delta = info.time_format == "delta"
     try:
-        ev = native.stage(part.path, part.kind == "lines", None if info.layout == ("object",) else tuple(info.layout),
-                          delta, info.time_scale_ms, source._delta_sum.get(part.trace_index, 0.0),
+        ev = native.stage(part.path, part.kind, None if info.layout == ("object",) else tuple(info.layout),
+                          delta, info.time_scale_ms, source._delta_sum.get(part.trace_index),
                           list(part.traces), part.trace_index, qlog.canonical_event, part.range)
     except native.StageError as e:
         if source._diagnose is not None:

@@ -335,13 +335,25 @@ pub struct Layout {
     pub group: i64,
 }
 
+/// How a slice's records are laid out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Records {
+    /// one per line, or each after a record separator (NDJSON, JSON-SEQ)
+    Lines,
+    /// a JSON array of events
+    Array,
+    /// the elements of a JSON array, without its brackets (a stretch of a document's events array)
+    Elements,
+}
+
 pub struct StageOptions {
-    pub lines: bool,
+    pub records: Records,
     pub layout: Layout,
     pub delta: bool,
     pub time_scale_ms: f64,
-    /// the running sum of delta times at the end of the previous slice (raw units)
-    pub delta_carry: f64,
+    /// the running sum of delta times at the end of the previous slice (raw units), if a time
+    /// was seen before
+    pub delta_carry: Option<f64>,
     /// several whole traces, one after the other: (trace index, events) each; empty: one trace
     pub traces: Vec<(u32, u32)>,
     pub trace_index: u32,
@@ -407,19 +419,15 @@ pub fn stage(buf: Vec<u8>, opts: &StageOptions, canonical: &mut dyn FnMut(&str) 
         groups: vec!["".into()],
         group_ids: HashMap::from_iter([(Box::<str>::from(""), 0)]),
         tape: Vec::with_capacity(256),
-        running: None,
+        running: opts.delta_carry,
         canonical,
     };
-    if opts.lines {
-        st.lines(&buf)?;
-    } else {
-        st.array(&buf)?;
+    match opts.records {
+        Records::Lines => st.lines(&buf)?,
+        Records::Array => st.array(&buf)?,
+        Records::Elements => st.elements(&buf, json::skip_ws(&buf, 0), 0)?,
     }
-    let delta_carry = if opts.delta {
-        st.out.events.last().and_then(|e| e.t_ms).map(|t| t / opts.time_scale_ms)
-    } else {
-        None
-    };
+    let delta_carry = if opts.delta { st.running } else { None };
     // each event's trace and row: one trace, or several whole ones one after the other
     if opts.traces.is_empty() {
         for (row, e) in st.out.events.iter_mut().enumerate() {
@@ -461,7 +469,7 @@ struct Stager<'o, 'c> {
     groups: Vec<Box<str>>,
     group_ids: HashMap<Box<str>, u32>,
     tape: Vec<Tok>,
-    /// the running sum of delta times in this slice (None until a time was seen)
+    /// the running sum of delta times, from the trace's first (None until a time was seen)
     running: Option<f64>,
     canonical: &'c mut dyn FnMut(&str) -> Result<Canon, String>,
 }
@@ -491,30 +499,37 @@ impl Stager<'_, '_> {
     }
 
     fn array(&mut self, buf: &[u8]) -> Result<(), StageError> {
-        let mut pos = json::skip_ws(buf, 0);
+        let pos = json::skip_ws(buf, 0);
         if buf.get(pos) != Some(&b'[') {
             return Err(StageError { pos, record: 0, what: "expected '['".into() });
         }
-        pos = json::skip_ws(buf, pos + 1);
+        self.elements(buf, json::skip_ws(buf, pos + 1), b']')
+    }
+
+    /// Comma-separated elements from `pos`, up to the byte `close` (then only blanks) or, with
+    /// `close` 0, up to the end of `buf`.
+    fn elements(&mut self, buf: &[u8], mut pos: usize, close: u8) -> Result<(), StageError> {
         let mut record = 0;
-        if buf.get(pos) == Some(&b']') {
-            pos += 1;
-        } else {
+        let ends = |pos: usize| if close == 0 { pos >= buf.len() } else { buf.get(pos) == Some(&close) };
+        if !ends(pos) {
             loop {
                 record += 1;
                 let after = json::parse(buf, pos, &mut self.tape)
                     .map_err(|e| StageError { pos: e.pos, record, what: e.what.into() })?;
                 self.record(buf, record)?;
                 pos = json::skip_ws(buf, after);
-                match buf.get(pos) {
-                    Some(b',') => pos += 1,
-                    Some(b']') => {
-                        pos += 1;
-                        break;
-                    }
-                    _ => return Err(StageError { pos, record, what: "expected ',' or ']'".into() }),
+                if buf.get(pos) == Some(&b',') {
+                    pos += 1;
+                } else if ends(pos) {
+                    break;
+                } else {
+                    let what = if close == 0 { "expected ','" } else { "expected ',' or ']'" };
+                    return Err(StageError { pos, record, what: what.into() });
                 }
             }
+        }
+        if close != 0 {
+            pos += 1;
         }
         if json::skip_ws(buf, pos) != buf.len() {
             return Err(StageError { pos, record, what: "characters after the array".into() });
@@ -639,10 +654,11 @@ impl Stager<'_, '_> {
             return time.map(|t| t * scale);
         }
         // delta times: a running sum (NULL times add nothing), carried over from the last slice
+        // as it stood, so that the sums do not depend on where the file was cut
         if let Some(t) = time {
             self.running = Some(self.running.unwrap_or(0.0) + t);
         }
-        self.running.map(|sum| (self.opts.delta_carry + sum) * scale)
+        self.running.map(|sum| sum * scale)
     }
 }
 

@@ -20,7 +20,7 @@ pub mod json;
 pub mod normalize;
 pub mod recovery;
 
-use event::{Canon, Layout, StageOptions};
+use event::{Canon, Layout, Records, StageOptions};
 use normalize::{Encoding, TraceOptions};
 
 create_exception!(_native, StageError, PyException, "A slice that is not valid JSON: (message, byte, record).");
@@ -66,22 +66,29 @@ fn read(path: &str, range: Option<(u64, u64)>) -> PyResult<Vec<u8>> {
     }
 }
 
-/// Stage the slice in the file `path` (its bytes `range` [start, end), or all of it): one record
-/// per line (`lines`) or a JSON array of events.  `layout`: None for object events, else the
-/// indexes of (time, category, event, data, group) in draft array events.  `canonical(name)`
-/// gives an event name's canonical name.
+/// Stage the slice in the file `path` (its bytes `range` [start, end), or all of it): `kind`
+/// 'lines' (one record per line, or after each record separator), 'array' (a JSON array of
+/// events) or 'elements' (the elements of one, without its brackets).  `layout`: None for
+/// object events, else the indexes of (time, category, event, data, group) in draft array
+/// events.  `canonical(name)` gives an event name's canonical name.
 #[pyfunction]
-#[pyo3(signature = (path, lines, layout, delta, time_scale_ms, delta_carry, traces, trace_index, canonical,
+#[pyo3(signature = (path, kind, layout, delta, time_scale_ms, delta_carry, traces, trace_index, canonical,
                     range=None))]
 #[allow(clippy::too_many_arguments)]
-fn stage(py: Python<'_>, path: &str, lines: bool, layout: Option<(i64, i64, i64, i64, i64)>, delta: bool,
-         time_scale_ms: f64, delta_carry: f64, traces: Vec<(u32, u32)>, trace_index: u32,
+fn stage(py: Python<'_>, path: &str, kind: &str, layout: Option<(i64, i64, i64, i64, i64)>, delta: bool,
+         time_scale_ms: f64, delta_carry: Option<f64>, traces: Vec<(u32, u32)>, trace_index: u32,
          canonical: Py<PyAny>, range: Option<(u64, u64)>) -> PyResult<Staged> {
     let layout = match layout {
         None => Layout { object: true, time: -1, category: -1, event: -1, data: -1, group: -1 },
         Some((time, category, event, data, group)) => Layout { object: false, time, category, event, data, group },
     };
-    let opts = StageOptions { lines, layout, delta, time_scale_ms, delta_carry, traces, trace_index };
+    let records = match kind {
+        "lines" => Records::Lines,
+        "array" => Records::Array,
+        "elements" => Records::Elements,
+        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("not a kind of slice: {other:?}"))),
+    };
+    let opts = StageOptions { records, layout, delta, time_scale_ms, delta_carry, traces, trace_index };
     let buf = py.detach(|| read(path, range))?;
     let result = py.detach(|| {
         let mut route = |name: &str| -> Result<Canon, String> {
