@@ -20,7 +20,7 @@ pub struct Validity {
 impl Validity {
     #[inline]
     pub fn push(&mut self, valid: bool) {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.bits.push(0);
         }
         if valid {
@@ -66,6 +66,10 @@ pub struct Column {
 impl Column {
     pub fn len(&self) -> usize {
         self.validity.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.validity.len == 0
     }
 
     fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

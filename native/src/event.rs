@@ -49,10 +49,6 @@ impl Canon {
     pub fn routed(self) -> bool {
         !matches!(self, Canon::DatagramsReceived | Canon::ConnectionStarted | Canon::Other)
     }
-
-    pub fn is_packet(self) -> bool {
-        matches!(self, Canon::PacketSent | Canon::PacketReceived)
-    }
 }
 
 /// Text of a value: a range of the slice (a string without escapes) or its own copy.

@@ -471,13 +471,10 @@ fn fast_f64(raw: &[u8]) -> Option<f64> {
     unsafe { std::str::from_utf8_unchecked(raw) }.parse().ok()
 }
 
-fn float_to_i64(v: f64) -> Option<i64> {
+/// A double (already rounded) as BIGINT; None beyond 64 bits, or not a number.
+pub fn float_to_i64(v: f64) -> Option<i64> {
     // (the largest double below 2^63 converts; 2^63 itself does not)
-    if v.is_finite() && v >= -9_223_372_036_854_775_808.0 && v < 9_223_372_036_854_775_808.0 {
-        Some(v as i64)
-    } else {
-        None
-    }
+    (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as i64)
 }
 
 /// DOUBLE from text: blanks around it allowed, decimal forms and inf/nan as DuckDB reads them.

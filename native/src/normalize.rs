@@ -189,7 +189,6 @@ struct Pk {
     direction: Dir,
     rank: i32,
     rx_seq: Option<i64>,
-    starts: bool,
     datagram_id: i64,
 }
 
@@ -354,7 +353,6 @@ impl Normalizer {
                     direction: if e.canon == Canon::PacketSent { Dir::Sent } else { Dir::Received },
                     rank: packet.ptype.rank(),
                     rx_seq: if t.rx_datagram_events_first { Some(rx_count[p.conn]) } else { None },
-                    starts: true,
                     datagram_id: 0,
                 });
             }
@@ -452,7 +450,6 @@ impl Normalizer {
             pk.sender = sender;
             pk.direction = direction;
             pk.rx_seq = rx_seq;
-            pk.starts = starts;
             pk.datagram_id = packet.datagram_id.unwrap_or(derived);
             last_of[conn_i] = Some(i);
 
@@ -572,7 +569,7 @@ impl Normalizer {
                                 (Some(v), Some(x)) => Some(v * 2f64.powi(x) / 1000.0),
                                 _ => None,
                             };
-                            (ms, f.ack_delay.and_then(round_to_i64))
+                            (ms, f.ack_delay.and_then(|v| json::float_to_i64(v.round_ties_even())))
                         }
                     }
                 };
@@ -795,15 +792,6 @@ fn decode_exponent(announced: Option<i32>, ptype: &PType) -> Option<i32> {
         None => Some(DEFAULT_ACK_DELAY_EXPONENT),
         Some(x) if (0..=MAX_ACK_DELAY_EXPONENT).contains(&x) => Some(x),
         Some(_) => None,
-    }
-}
-
-fn round_to_i64(v: f64) -> Option<i64> {
-    let r = v.round_ties_even();
-    if r.is_finite() && r >= -9_223_372_036_854_775_808.0 && r < 9_223_372_036_854_775_808.0 {
-        Some(r as i64)
-    } else {
-        None
     }
 }
 
