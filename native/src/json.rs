@@ -77,6 +77,22 @@ static STRING_STOP: [bool; 256] = {
     t
 };
 
+const LOW: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte lane of `w` that is zero (exact for the lowest such lane; a lane
+/// above a zero one may be flagged too, which only stops the scan early).
+#[inline]
+fn zero_lanes(w: u64) -> u64 {
+    w.wrapping_sub(LOW) & !w & HIGH
+}
+
+/// The high bit of each byte lane of `w` below 0x20 (as `zero_lanes`: exact for the lowest).
+#[inline]
+fn below_0x20(w: u64) -> u64 {
+    w.wrapping_sub(0x2020_2020_2020_2020) & !w & HIGH
+}
+
 /// The string starting at the quote at `pos`: (position after its closing quote, escaped?).
 #[inline]
 fn scan_string(buf: &[u8], pos: usize) -> Result<(usize, bool), Error> {
@@ -84,17 +100,13 @@ fn scan_string(buf: &[u8], pos: usize) -> Result<(usize, bool), Error> {
     let mut escaped = false;
     let n = buf.len();
     loop {
+        // eight bytes at a time while none of them stops the scan (SWAR: a byte of the word is
+        // '"', '\\' or below 0x20 when the high bit of its lane in `stops` is set)
         while i + 8 <= n {
-            // (eight bytes at a time while none of them stops the scan)
-            if STRING_STOP[buf[i] as usize]
-                || STRING_STOP[buf[i + 1] as usize]
-                || STRING_STOP[buf[i + 2] as usize]
-                || STRING_STOP[buf[i + 3] as usize]
-                || STRING_STOP[buf[i + 4] as usize]
-                || STRING_STOP[buf[i + 5] as usize]
-                || STRING_STOP[buf[i + 6] as usize]
-                || STRING_STOP[buf[i + 7] as usize]
-            {
+            let w = u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
+            let stops = zero_lanes(w ^ 0x2222_2222_2222_2222) | zero_lanes(w ^ 0x5C5C_5C5C_5C5C_5C5C) | below_0x20(w);
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
                 break;
             }
             i += 8;
