@@ -61,10 +61,12 @@ def _initials(path: Path) -> list[dict]:
             continue
         sent = e["name"].endswith("sent")
         frames = e["data"].get("frames", [])
+        acked = [r[-1] for f in frames if f["frame_type"] == "ack" for r in f.get("acked_ranges", [])]
         out.append({"sender": vantage if sent else ({"client": "server", "server": "client"}[vantage]),
                     "pn": e["data"]["header"]["packet_number"],
                     "crypto": [(f["offset"], f["length"]) for f in frames if f["frame_type"] == "crypto"],
-                    "ack": any(f["frame_type"] == "ack" for f in frames)})
+                    "ack": any(f["frame_type"] == "ack" for f in frames),
+                    "largest_acked": max(acked, default=None)})
     return out
 
 
@@ -144,6 +146,19 @@ def test_control_without_a_hello_retry_request(exchanges):
         sh = next(p for p in initials if p["sender"] == "server" and any(o == 0 for o, _ in p["crypto"]))
         row = got[json.loads(path.read_text().split("\x1e")[1])["trace"]["vantage_point"]["type"]]
         assert row["handshake_notes"] == [] and row["server_hello_pn"] == sh["pn"]
-        assert (row["handshake_class"], row["handshake_reason"]) == ("wfc", "ack_with_server_hello")
+        # quic-go puts its ACK into the ServerHello's packet; when the second of the ClientHello's
+        # two Initials reaches it late (a loaded machine), it acknowledges the first one alone
+        # before: what the packets show, the classifier says
+        first_ack = next(p for p in initials if p["sender"] == "server" and p["ack"])
+        clienthello_end = _clienthellos(initials)[0]
+        last_clienthello = max(p["pn"] for p in initials if p["sender"] == "client"
+                               and any(o < clienthello_end for o, _ in p["crypto"]))
+        if first_ack["pn"] == sh["pn"]:
+            expected = ("wfc", "ack_with_server_hello")
+        elif first_ack["largest_acked"] < last_clienthello:
+            expected = ("iack", "partial_clienthello")
+        else:
+            expected = ("iack", "instant_ack")
+        assert (row["handshake_class"], row["handshake_reason"]) == expected
     network = got["network"]
     assert network["handshake_notes"] == [] and network["server_hello_pn"] == got["client"]["server_hello_pn"]
