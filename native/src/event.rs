@@ -234,9 +234,9 @@ pub struct Packet {
     pub frames: (u32, u32),
 }
 
-#[derive(Debug)]
-pub struct Params {
-    pub owner: Box<str>,
+/// The transport parameters the store has columns for, as logged (`min_ack_delay` in µs).
+#[derive(Clone, Copy, Debug)]
+pub struct ParamValues {
     pub max_ack_delay: Option<f64>,
     pub ack_delay_exponent: Option<i32>,
     pub min_ack_delay: Option<f64>,
@@ -244,6 +244,12 @@ pub struct Params {
     pub max_udp_payload_size: Option<i64>,
     pub max_idle_timeout: Option<f64>,
     pub active_connection_id_limit: Option<i64>,
+}
+
+#[derive(Debug)]
+pub struct Params {
+    pub owner: Box<str>,
+    pub values: ParamValues,
     pub odcid: Option<Txt>,
 }
 
@@ -822,13 +828,15 @@ fn params(d: &Doc, data: Option<usize>) -> Params {
     let lower = |key| d.get(data, key).and_then(|i| d.text(i)).map(|t| t.to_lowercase());
     Params {
         owner: lower("owner").or_else(|| lower("initiator")).unwrap_or_else(|| "local".into()).into_boxed_str(),
-        max_ack_delay: d.first(data, &["max_ack_delay"], f64_),
-        ack_delay_exponent: i32_of(d.first(data, &["ack_delay_exponent"], i64_)),
-        min_ack_delay: d.first(data, &["min_ack_delay"], f64_),
-        initial_max_data: d.first(data, &["initial_max_data"], i64_),
-        max_udp_payload_size: d.first(data, &["max_udp_payload_size", "max_packet_size"], i64_),
-        max_idle_timeout: d.first(data, &["max_idle_timeout", "idle_timeout"], f64_),
-        active_connection_id_limit: d.first(data, &["active_connection_id_limit"], i64_),
+        values: ParamValues {
+            max_ack_delay: d.first(data, &["max_ack_delay"], f64_),
+            ack_delay_exponent: i32_of(d.first(data, &["ack_delay_exponent"], i64_)),
+            min_ack_delay: d.first(data, &["min_ack_delay"], f64_),
+            initial_max_data: d.first(data, &["initial_max_data"], i64_),
+            max_udp_payload_size: d.first(data, &["max_udp_payload_size", "max_packet_size"], i64_),
+            max_idle_timeout: d.first(data, &["max_idle_timeout", "idle_timeout"], f64_),
+            active_connection_id_limit: d.first(data, &["active_connection_id_limit"], i64_),
+        },
         odcid: d.first(data, &["original_destination_connection_id"], txt),
     }
 }

@@ -154,28 +154,25 @@ fn scan_number(buf: &[u8], pos: usize) -> Result<usize, Error> {
         }
         _ => return err(pos, "invalid number"),
     }
+    // a fraction, an exponent: each needs at least one digit
+    let digits = |from: usize| from + buf[from..].iter().take_while(|b| b.is_ascii_digit()).count();
     if i < n && buf[i] == b'.' {
-        i += 1;
-        let digits = i;
-        while i < n && buf[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == digits {
+        let end = digits(i + 1);
+        if end == i + 1 {
             return err(pos, "invalid number");
         }
+        i = end;
     }
     if i < n && (buf[i] == b'e' || buf[i] == b'E') {
         i += 1;
         if i < n && (buf[i] == b'+' || buf[i] == b'-') {
             i += 1;
         }
-        let digits = i;
-        while i < n && buf[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == digits {
+        let end = digits(i);
+        if end == i {
             return err(pos, "invalid number");
         }
+        i = end;
     }
     Ok(i)
 }

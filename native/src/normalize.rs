@@ -14,7 +14,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::columns::{bools, f64s, i32s, i64s, ranges, texts, Table};
-use crate::event::{Body, Canon, Data, FType, PType, Staged, Txt};
+use crate::event::{Body, Canon, Data, FType, PType, ParamValues, Staged, Txt};
 use crate::json;
 
 /// RFC 9000 §18.2: "If this value is absent, a default value of 3 is assumed (indicating a
@@ -108,13 +108,7 @@ pub struct TpRow {
     pub event_index: i64,
     pub owner: Box<str>,
     pub t_ms: Option<f64>,
-    pub max_ack_delay: Option<f64>,
-    pub ack_delay_exponent: Option<i32>,
-    pub min_ack_delay: Option<f64>,
-    pub initial_max_data: Option<i64>,
-    pub max_udp_payload_size: Option<i64>,
-    pub max_idle_timeout: Option<f64>,
-    pub active_connection_id_limit: Option<i64>,
+    pub values: ParamValues,
     pub data: Option<String>,
 }
 
@@ -310,13 +304,7 @@ impl Normalizer {
                     event_index: p.event_index,
                     owner: params.owner.clone(),
                     t_ms: e.t_ms,
-                    max_ack_delay: params.max_ack_delay,
-                    ack_delay_exponent: params.ack_delay_exponent,
-                    min_ack_delay: params.min_ack_delay.map(|v| v / 1000.0),
-                    initial_max_data: params.initial_max_data,
-                    max_udp_payload_size: params.max_udp_payload_size,
-                    max_idle_timeout: params.max_idle_timeout,
-                    active_connection_id_limit: params.active_connection_id_limit,
+                    values: params.values,
                     data: data_text(buf, e.data),
                 });
             }
@@ -507,7 +495,7 @@ impl Normalizer {
     fn announced_exponents(&self) -> HashMap<(usize, &'static str), i32> {
         let mut last: HashMap<(usize, &'static str), (i64, i32)> = HashMap::default();
         for row in &self.tp {
-            let Some(exponent) = row.ack_delay_exponent else { continue };
+            let Some(exponent) = row.values.ack_delay_exponent else { continue };
             let conn = &self.conns[row.conn];
             let endpoint = if &*row.owner == "local" {
                 local_side(&conn.vantage, conn.flow.as_deref())
@@ -771,13 +759,14 @@ impl Normalizer {
             c[1].i64(Some(tp.event_index));
             c[2].text(Some(&tp.owner));
             c[3].f64(tp.t_ms);
-            c[4].f64(tp.max_ack_delay);
-            c[5].i32(tp.ack_delay_exponent);
-            c[6].f64(tp.min_ack_delay);
-            c[7].i64(tp.initial_max_data);
-            c[8].i64(tp.max_udp_payload_size);
-            c[9].f64(tp.max_idle_timeout);
-            c[10].i64(tp.active_connection_id_limit);
+            let v = &tp.values;
+            c[4].f64(v.max_ack_delay);
+            c[5].i32(v.ack_delay_exponent);
+            c[6].f64(v.min_ack_delay.map(|us| us / 1000.0));
+            c[7].i64(v.initial_max_data);
+            c[8].i64(v.max_udp_payload_size);
+            c[9].f64(v.max_idle_timeout);
+            c[10].i64(v.active_connection_id_limit);
             c[11].text(tp.data.as_deref());
         }
         rows
