@@ -20,8 +20,12 @@ from typing import NamedTuple
 #: its CRYPTO frames reordered is one packet, a partial ClientHello needs logged packet numbers.
 #: 5: after a HelloRetryRequest, the round of the second ClientHello is classified; raw ACK
 #: delays of a sender whose ack_delay_exponent is invalid (above 20) are not decoded; a document
-#: cut short keeps no part of an event after one holding an "events" key.
-ANALYSIS_VERSION = 5
+#: cut short keeps no part of an event after one holding an "events" key.  6: the native core —
+#: other_events.data and frames.details keep the JSON text as logged (without blanks) rather than
+#: DuckDB's re-serialization, delta times are summed on across slices, a raw ACK Delay beyond 64
+#: bits is NULL rather than refusing the file, JSON-SEQ records are split at every RS, an untimed
+#: metrics, loss, drop or timer event refuses the file.
+ANALYSIS_VERSION = 6
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
 SCHEMA_VERSION = 3
