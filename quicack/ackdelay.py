@@ -7,7 +7,10 @@ of the ACK frame".  §18.2: "If this value is absent, a default value of 3 is as
 above 20 are invalid."  The first server ACK travels in an Initial, before any transport
 parameter, so Initial ACKs use 3.  A sender that announced an invalid exponent scaled its delays
 by a factor no reader can know: they stay undecoded (NULL; ``frames.ack_delay_raw`` keeps the
-field).  :func:`decoded_ms_sql` is SQL text: the normalizers decode whole slices in DuckDB.
+field).  :func:`decoded_ms_sql` is SQL text: captures are decoded in DuckDB, and so are a long
+qlog's raw delays once its last slice is read (``quicack.normalize``); while its slices are read,
+the native core applies the same rule (``native/src/normalize.rs``, ``decode_exponent``), and the
+tests compare a file read in many slices with the same file read whole.
 """
 
 from __future__ import annotations
