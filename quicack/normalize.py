@@ -37,7 +37,7 @@ def slice_key(t: TraceInfo) -> tuple | None:
     besides the events: whole traces with equal keys may share a slice, so a file of many small
     traces (a scan's batch of probes) costs a dozen statements, not a dozen per trace.  None:
     the trace never shares one (delta times carry a running sum per trace).  Whatever of
-    :class:`TraceInfo` the SQL of :meth:`Normalizer.add` or of ``stage`` reads belongs here."""
+    :class:`TraceInfo` :meth:`Normalizer.rows` or ``stage`` reads belongs here."""
     if t.time_format == "delta":
         return None
     return (t.vantage, t.flow, t.time_scale_ms, t.time_format,
@@ -62,10 +62,6 @@ class Normalizer:
         self.seen: dict[int, int] = {}  # events per trace staged so far
         self.slices: dict[int, int] = {}  # slices per trace
         self._native = native.Normalizer()
-
-    def add(self, trace_index: int, ev: native.Staged, traces: tuple[tuple[int, int], ...] = ()) -> None:
-        """Normalize one staged slice and store its rows (:meth:`rows`, :meth:`insert`)."""
-        self.insert(self.rows(trace_index, ev, traces))
 
     def rows(self, trace_index: int, ev: native.Staged,
              traces: tuple[tuple[int, int], ...] = ()) -> list[tuple[str, pa.Table]]:

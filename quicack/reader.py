@@ -67,7 +67,7 @@ WHOLE_JSON_BYTES = 16 << 20
 @dataclass
 class Slice:
     trace_index: int
-    path: str  # temporary file holding the slice
+    path: str  # the file holding the slice: a temporary one, or the source itself (``range``)
     #: 'lines': one record per line (or after each record separator); 'array': a JSON array of
     #: events; 'elements': the elements of one, without its brackets
     kind: str
@@ -162,9 +162,7 @@ def _ended_early(name: str, unit: str, at: int, error: Exception) -> str:
 
 
 def open_source(path: Path) -> Source:
-    """Sniff ``path`` and read its header; raise QuicackError if nothing is readable.
-
-    """
+    """Sniff ``path`` and read its header; raise QuicackError if nothing is readable."""
     name = str(path)
     try:
         stream, compressed = _open(path)
@@ -931,10 +929,10 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
                     found = _try_cuts(source, window, [last])
             if found is None:
                 raise _Irregular("no end of the events array")
-            cut, tmp, n = found
+            cut, tmp, n, head = found
             if n:
                 parts.append((tmp, cur + cut, n))
-                first = first if first is not None else _first_element(tmp)
+                first = first if first is not None else orjson.loads(head)
             else:
                 _unlink(tmp)
             return parts, first, size if ends_inside else cur + cut
@@ -946,28 +944,24 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
                 raise _Irregular("no element boundary found")
             want *= 2
             continue
-        cut, tmp, n = found
+        cut, tmp, n, head = found
         parts.append((tmp, cur + cut, n))
-        first = first if first is not None else _first_element(tmp)
+        first = first if first is not None else orjson.loads(head)
         cur += cut + 1
         want = slice_bytes
 
 
-def _try_cuts(source: Source, window: bytes, cuts: list[int]) -> tuple[int, str, int] | None:
-    """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array."""
+def _try_cuts(source: Source, window: bytes, cuts: list[int]) -> tuple[int, str, int, bytes | None] | None:
+    """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array: (cut,
+    its temporary file, its elements, the first one's JSON text or None)."""
     with contextlib.closing(_candidates(source, window, cuts)) as candidates:
         for cut, tmp in candidates:
             try:
-                n, _ = native.array_elements(tmp)
+                n, head = native.array_elements(tmp)
             except native.StageError:
                 continue
-            return cut, tmp, n
+            return cut, tmp, n, head
     return None
-
-
-def _first_element(tmp: str):
-    _, first = native.array_elements(tmp)
-    return None if first is None else orjson.loads(first)
 
 
 # --- whole JSON documents, parsed at once (fallback) -------------------------------------------
@@ -1069,7 +1063,7 @@ def _salvage(data: bytes):
         return None
 
 
-# --- staging one slice into ev ------------------------------------------------------------------
+# --- staging slices -----------------------------------------------------------------------------
 
 def staged_slices(source: Source, prepare: Callable[[Slice, native.Staged], object] | None = None
                   ) -> Iterator[tuple[Slice, object]]:

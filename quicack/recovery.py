@@ -39,11 +39,9 @@ K_INITIAL_RTT_MS = 333.0
 #: §6.2.2: "This results in handshakes starting with a PTO of 1 second": §5.3 sets rttvar to
 #: half the initial RTT, so the first PTO is 333 + max(4 × 166.5, kGranularity) = 999 ms.
 FIRST_PTO_MS = K_INITIAL_RTT_MS + max(4 * K_INITIAL_RTT_MS / 2, K_GRANULARITY_MS)
-#: RFC 9000 §18.2 max_ack_delay: "If this value is absent, a default of 25 milliseconds is assumed."
-DEFAULT_MAX_ACK_DELAY_MS = 25.0
-
-#: A first sample this many times the connection's final min_rtt (and > 1 ms above it) is flagged.
-INFLATED_FIRST_SAMPLE_RATIO = 1.5
+# (the replay's other constants — the default max_ack_delay, the inflated-first-sample ratio —
+# are native/src/recovery.rs's; FIRST_PTO_MS, for the scanner and the test servers, is checked
+# against its estimator by the tests)
 
 
 # --- events ------------------------------------------------------------------------------------

@@ -230,11 +230,6 @@ impl Normalizer {
         self.inner.tp_table().to_py(py)
     }
 
-    /// Connection ids in the order they were allocated.
-    #[getter]
-    fn first_connection_id(&self) -> Option<i64> {
-        self.inner.conns.first().map(|c| c.connection_id)
-    }
 }
 
 #[pymodule]

@@ -14,9 +14,10 @@ use crate::recovery::{self, Event, SentLog};
 type Rtt = [Option<f64>; 4];
 /// One space's sent packets: numbers, times, ack-eliciting, trace positions.
 type SentSpace = (Vec<i64>, Vec<f64>, Vec<bool>, Vec<i64>);
-/// While a connection's metrics are added: the last logged value of each field so far, its next
-/// received packet (index), the row kept for the packet before that.
-type Filling = (Rtt, usize, Option<(i64, Rtt)>);
+/// While a connection's metrics are added: whether it logs metrics before their packet, the last
+/// logged value of each field so far, its next received packet (index), the row kept for the
+/// packet before that.
+type Filling = (bool, Rtt, usize, Option<(i64, Rtt)>);
 
 fn space_code(space: &str) -> PyResult<u8> {
     match space {
@@ -125,8 +126,7 @@ pub struct Replayer {
     /// that can be set beside a sample (see `add_metrics`), in trace order, each field carrying
     /// its last logged value
     metrics: FxHashMap<i64, Vec<(i64, Rtt)>>,
-    /// per connection, while metrics are added: the last logged value of each field so far, the
-    /// next received packet (index into `received`) and the row kept for the packet before it
+    /// per connection, while metrics are added (see `Filling`)
     filling: FxHashMap<i64, Filling>,
     /// per connection: the trace positions of the packets it received, in order
     received: FxHashMap<i64, Vec<i64>>,
@@ -200,10 +200,13 @@ impl Replayer {
             for r in 0..cid.len() {
                 let c = cid.i64(r).unwrap_or(0);
                 let position = at.i64(r).unwrap_or(0);
-                let before = self.views.iter().any(|v| v.0 == c && v.3);
                 let received = self.received.get(&c).map_or(&[][..], |v| &v[..]);
                 let kept = self.metrics.entry(c).or_default();
-                let (filled, next, pending) = self.filling.entry(c).or_default();
+                let views = &self.views;
+                let (before, filled, next, pending) = self.filling.entry(c).or_insert_with(|| {
+                    (views.iter().any(|v| v.0 == c && v.3), [None; 4], 0, None)
+                });
+                let before = *before;
                 for (k, column) in [latest, min, smoothed, var].into_iter().enumerate() {
                     if let Some(v) = column.f64(r) {
                         filled[k] = Some(v);
@@ -274,7 +277,7 @@ impl Replayer {
         ]);
         for &(cid, is_client, pto_observable, metrics_before_packet) in views {
             let mut metrics = self.metrics.remove(&cid).unwrap_or_default();
-            if let Some((_, _, pending)) = self.filling.remove(&cid) {
+            if let Some((_, _, _, pending)) = self.filling.remove(&cid) {
                 metrics.extend(pending); // (the last row before packets not yet passed)
             }
             let received = self.received.remove(&cid).unwrap_or_default();
