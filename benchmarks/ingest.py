@@ -149,7 +149,8 @@ def quic_go_connection(workdir: Path, transfer_bytes: int = 40_000_000) -> Conne
     (``quic-go.sqlog``) and reused by later runs."""
     kept = workdir / "quic-go.sqlog"
     if not kept.exists():
-        from quicack import peers, scan
+        from quicack.lab import peers
+        from quicack.scan import run as scan
 
         base = workdir / "quic-go-transfer"
         with peers.start("quic-go", base / "peer") as running:

@@ -34,7 +34,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent
 from aioquic.quic.logger import QuicFileLogger
 
-from quicack import certificate
+from quicack.lab import certificate
 
 UDP_SEGMENT = 103  # linux/udp.h
 MAX_GSO_SEGMENTS = 16

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quicack import pcap  # noqa: E402
+from quicack.pcap import tshark as pcap  # noqa: E402
 
 
 def wall(cmd: list[str], **kwargs) -> tuple[float, float]:

@@ -45,7 +45,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import duckdb  # noqa: E402
 
-from quicack import cidtag, dumpcap, scan, serve  # noqa: E402
+from quicack.core import cidtag  # noqa: E402
+from quicack.pcap import dumpcap
+from quicack.scan import run as scan
+from quicack.lab import serve
 
 import machine  # noqa: E402  (benchmarks/machine.py)
 
@@ -135,7 +138,10 @@ def first_use_imports_s() -> float:
     """CPU seconds to import what a scan loads lazily (the store, ingest, analysis; ~0.2 s once a
     process): a fixed cost, not a per-probe one."""
     before = cpu_s(resource.RUSAGE_SELF)
-    from quicack import normalize, reader, scanstore, store  # noqa: F401
+    from quicack.qlog import normalize  # noqa: F401
+    from quicack.qlog import reader
+    from quicack.store import scantables as scanstore
+    from quicack.store import database as store
     return cpu_s(resource.RUSAGE_SELF) - before
 
 

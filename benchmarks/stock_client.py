@@ -5,7 +5,7 @@
 Each probe is what aioquic's own example client does for one URL: ``aioquic.asyncio.connect``
 (handshake, no certificate check), an HTTP/3 ``GET /`` read to the end of its stream, and a
 closed connection; ``--concurrency`` of them at a time, addresses taken in turn.  Nothing of
-quicack is imported, so none of its stand-ins for aioquic helpers (``quicack.speedups``) apply.
+quicack is imported, so none of its stand-ins for aioquic helpers (``quicack.scan.speedups``) apply.
 With ``--qlog DIR`` each connection's qlog is written as aioquic's example client writes it
 (``QuicFileLogger``, one file a connection) — the scanner keeps a qlog per probe too; without
 it, nothing is kept: the cheapest version of the work.  Prints one JSON line: probes, how many

@@ -9,7 +9,7 @@ The Python API used by the CLI and by notebooks::
         acks = store.sql("SELECT * FROM frames WHERE frame_type = 'ack'")
 """
 
-from .model import ANALYSIS_VERSION, SCHEMA_VERSION, QuicackError, Summary
+from quicack.model import ANALYSIS_VERSION, SCHEMA_VERSION, QuicackError, Summary
 
 __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "SCHEMA_VERSION"]
 
@@ -18,9 +18,9 @@ def __getattr__(name: str):
     # analyze and Store load DuckDB and pyarrow (~0.3 s) on first use, not with every submodule:
     # a scan's probing processes and the command line's start-up import only what they need.
     if name == "analyze":
-        from .ingest import analyze
+        from quicack.store.ingest import analyze
         return analyze
     if name == "Store":
-        from .store import Store
+        from quicack.store.database import Store
         return Store
     raise AttributeError(f"module 'quicack' has no attribute {name!r}")

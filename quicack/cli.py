@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .pcap import Dissection
-    from .scan import ScanOptions
+    from quicack.pcap.tshark import Dissection
+    from quicack.scan.run import ScanOptions
 
 
 def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...]] | None:
@@ -57,7 +57,7 @@ def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...
 def _tshark_first() -> Dissection | None:
     """tshark started on the capture of ``quicack analyze CAPTURE …`` — this process's own
     command — before click and the rest of the command line load (~50 ms sooner; tshark's own
-    start-up, ~0.3 s of loading dissectors, is what the command waits for first).  quicack.ingest
+    start-up, ~0.3 s of loading dissectors, is what the command waits for first).  quicack.store.ingest
     takes it over if it is the dissection the parsed command wants, else stops it; stopped at
     exit if the command never got that far (a usage error)."""
     parsed = analyze_arguments(sys.argv[1:])
@@ -65,7 +65,7 @@ def _tshark_first() -> Dissection | None:
         return None
     import atexit
 
-    from . import ingest  # light: quicack.pcap and quicack.model
+    from quicack.store import ingest  # light: quicack.pcap and quicack.model
 
     started = ingest._start_first_capture([parsed[0]], parsed[1], parsed[2])
     if started is not None:
@@ -78,10 +78,10 @@ _EARLY = [_tshark_first() if __name__ == "__main__" or Path(sys.argv[0]).name ==
 
 import click  # noqa: E402
 
-from .model import SERVE_MODES, USER_AGENT, QuicackError, Summary  # noqa: E402
+from quicack.model import SERVE_MODES, USER_AGENT, QuicackError, Summary  # noqa: E402
 
 # Commands import what they use when they run: `quicack analyze` on a capture starts tshark
-# before DuckDB, pyarrow and the rest load (see quicack.ingest), and no command waits for aioquic,
+# before DuckDB, pyarrow and the rest load (see quicack.store.ingest), and no command waits for aioquic,
 # polars or plotly unless it needs them.
 
 
@@ -121,7 +121,7 @@ def main() -> None:
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
                  quic_ports: tuple[int, ...] = (), jobs: int | None = None) -> Summary:
-    from . import ingest  # light: it starts tshark on a capture before loading DuckDB
+    from quicack.store import ingest  # light: it starts tshark on a capture before loading DuckDB
 
     early, _EARLY[0] = _EARLY[0], None
     try:
@@ -239,8 +239,8 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
     ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
     when the views agree, 1 when they differ or a file cannot be read.
     """
-    from .compare import compare_files
-    from .store import Store
+    from quicack.store.compare import compare_files
+    from quicack.store.database import Store
     with Store(":memory:") as store:
         results = [store.ingest(path, keylog=keylog) for path in (a, b)]
         for r in results:
@@ -290,8 +290,8 @@ def export(db, directory, qlog_path, connections):
         _fail(QuicackError("no such store", db))
     import orjson
 
-    from . import qlogwriter
-    from .store import Store
+    from quicack.store import qlogexport as qlogwriter
+    from quicack.store.database import Store
     try:
         with Store(db, read_only=True) as store:
             if directory:
@@ -324,8 +324,8 @@ def report(db, out, open_browser, max_connections):
     import webbrowser
     from datetime import datetime
 
-    from . import report as report_module  # plotly loads only for reports
-    from .store import Store
+    from quicack.report import document as report_module  # plotly loads only for reports
+    from quicack.store.database import Store
     if not Path(db).exists():
         _fail(QuicackError("no such store", db))
     out = out or str(Path("reports") / (Path(db).stem + ".html"))
@@ -362,10 +362,11 @@ def demo(db, quiet, with_peers):
     from datetime import datetime
     from importlib import resources
 
-    from . import campaign, firstflight
-    from . import scan as scan_mod
-    from . import serve as serve_mod
-    from .store import Store
+    from quicack.scan import campaign
+    from quicack.report import firstflight
+    from quicack.scan import run as scan_mod
+    from quicack.lab import serve as serve_mod
+    from quicack.store.database import Store
     folder = resources.files("quicack").joinpath("demo")
     with resources.as_file(folder) as path:
         try:
@@ -417,7 +418,7 @@ def demo(db, quiet, with_peers):
     click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
                f"qlog and TLS keys: {result.out_dir}")
     peer_failures = _demo_peers(db) if with_peers else []
-    from . import report as report_module  # plotly loads only for reports
+    from quicack.report import document as report_module  # plotly loads only for reports
 
     out = Path("reports") / (Path(db).stem + ".html")
     try:
@@ -438,9 +439,9 @@ def _peers_workdir(db: str) -> Path:
 def _demo_peers(db: str) -> list[str]:
     """Scan the peers that are ready (nothing is installed or built here) and print their first
     ACK delays; returns the failures."""
-    from . import peers as peer_mod
-    from . import peerviews
-    from .store import Store
+    from quicack.lab import peers as peer_mod
+    from quicack.report import peers as peerviews
+    from quicack.store.database import Store
     ready = [n for n in peer_mod.PEERS if peer_mod.status(n) in ("installed", "built")]
     if not ready:
         click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
@@ -491,7 +492,7 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
     """
     import asyncio
 
-    from . import serve as serve_mod
+    from quicack.lab import serve as serve_mod
     try:
         specs = serve_mod.load_config(config_path) if config_path else []
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
@@ -540,8 +541,8 @@ _WORKERS = _Workers()
 def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict,
                   shard) -> ScanOptions:
     """Campaign values (LIST.toml) overridden by options given on the command line."""
-    from . import campaign
-    from . import scan as scan_mod
+    from quicack.scan import campaign
+    from quicack.scan import run as scan_mod
     values = campaign.load(list_path) if list_path.endswith(".toml") else {"list_path": list_path}
     for name, value in given.items():
         source = ctx.get_parameter_source(name)
@@ -617,8 +618,8 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from . import scan as scan_mod
-    from . import targets
+    from quicack.scan import run as scan_mod
+    from quicack.scan import targets
     try:
         opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
                              scan_mod.parse_shard(shard_value))
@@ -676,7 +677,7 @@ def merge(target, sources):
 
     Keys are renumbered so every join keeps working; a run (name, shard) is merged only once.
     """
-    from . import merge as merge_mod
+    from quicack.store import merge as merge_mod
     try:
         added = merge_mod.merge(target, list(sources))
     except QuicackError as e:
@@ -696,7 +697,7 @@ def peers():
 
 
 def _peer_names(names) -> list[str]:
-    from . import peers as peer_mod
+    from quicack.lab import peers as peer_mod
     try:
         return [peer_mod.peer(n).name for n in names] or list(peer_mod.PEERS)
     except QuicackError as e:
@@ -706,7 +707,7 @@ def _peer_names(names) -> list[str]:
 @peers.command("list")
 def peers_list():
     """Each peer: its QUIC stack, how it is obtained, its qlog, how GSO is turned off, its state."""
-    from . import peers as peer_mod
+    from quicack.lab import peers as peer_mod
     for p in peer_mod.PEERS.values():
         click.echo(f"{p.name}: {p.stack}")
         click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.apt_packages else
@@ -720,7 +721,7 @@ def peers_list():
 @click.argument("names", nargs=-1)
 def peers_build(names):
     """Install or build peers NAMES (default: all) and print what each took."""
-    from . import peers as peer_mod
+    from quicack.lab import peers as peer_mod
     for name in _peer_names(names):
         try:
             done = peer_mod.prepare(name, progress=lambda m: _err().print(f"  {m}"))
@@ -746,9 +747,9 @@ def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
 
     Each peer is started on loopback and probed as <name>.localhost (--resolve to its port),
     exactly like `quicack scan --pcap … --allow-private`; `quicack report` shows the same tables."""
-    from . import peers as peer_mod
-    from . import peerviews
-    from .store import Store
+    from quicack.lab import peers as peer_mod
+    from quicack.report import peers as peerviews
+    from quicack.store.database import Store
     chosen = _peer_names(names)
     base = Path(workdir) if workdir else _peers_workdir(db)
     failed = False
@@ -784,7 +785,7 @@ def peers_run(name, host, port, workdir):
     """Start peer NAME on loopback and keep it running until Ctrl-C."""
     import time
 
-    from . import peers as peer_mod
+    from quicack.lab import peers as peer_mod
     name = _peer_names([name])[0]
     try:
         with peer_mod.start(name, workdir, host=host, port=port,

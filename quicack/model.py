@@ -30,8 +30,8 @@ ANALYSIS_VERSION = 6
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
 SCHEMA_VERSION = 3
 
-#: The scanner's HTTP ``user-agent`` (quicack.probe) and the ACK behaviours of quicack's own test
-#: servers (quicack.serve).  Kept here, with no import cost, because the command line shows them
+#: The scanner's HTTP ``user-agent`` (quicack.scan.probe) and the ACK behaviours of quicack's own test
+#: servers (quicack.lab.serve).  Kept here, with no import cost, because the command line shows them
 #: in ``--help`` without loading aioquic.
 USER_AGENT = "quicack/0.1 (QUIC ACK measurement research scanner)"
 SERVE_MODES = ("wfc", "iack", "iack-ping", "silent", "garbage", "close", "alert", "retry", "vn")
@@ -124,7 +124,7 @@ class FileResult:
 @dataclass
 class Summary:
     files: list[FileResult] = field(default_factory=list)
-    #: Connections of these files per handshake class (quicack.store.Store.handshake_class_rows).
+    #: Connections of these files per handshake class (quicack.store.database.Store.handshake_class_rows).
     handshake_classes: tuple[list[str], list[tuple]] = ((), ())
 
     def count(self, status: str) -> int:

@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from quicack import serve
+from quicack.lab import serve
 
 REPO = Path(__file__).resolve().parent.parent
 

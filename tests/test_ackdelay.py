@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from quicack.ackdelay import decoded_ms_sql
+from quicack.core.ackdelay import decoded_ms_sql
 
 
 @pytest.mark.parametrize("raw, announced, packet_type, expected_ms", [

@@ -37,7 +37,7 @@ from aioquic.tls import Epoch
 
 from conftest import DATA, rows
 from quicack import Store
-from quicack.recovery import HANDSHAKE, INITIAL
+from quicack.core.recovery import HANDSHAKE, INITIAL
 
 TRANSFER = DATA / "local/aioquic-transfer"
 EPOCH = {"initial": Epoch.INITIAL, "handshake": Epoch.HANDSHAKE, "application_data": Epoch.ONE_RTT}

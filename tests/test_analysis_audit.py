@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from conftest import DATA, rows, write_seq
-from quicack import ackpolicy
+from quicack.core import ackpolicy
 
 
 def pkt(t, name, ptype, pn, *frames):
@@ -376,7 +376,7 @@ def test_each_sample_beside_the_metrics_the_endpoint_logged_after_the_same_ack(s
 
 def test_acks_of_packets_not_in_the_trace_are_noted(store, tmp_path):
     # Kills A54.  schemas/README.md replay_notes: "e.g. acks_of_packets_not_in_trace:N", N the
-    # ACKs naming packets the endpoint never sent in the trace (quicack.recovery.Replay): the
+    # ACKs naming packets the endpoint never sent in the trace (quicack.core.recovery.Replay): the
     # server acknowledges the client's Initial 0 (logged), then 1-RTT packets 7 and 9 (never logged).
     events = [
         pkt(0.0, "sent", "initial", 0, crypto(300)),
@@ -414,7 +414,7 @@ def test_packets_a_capture_could_not_decrypt_do_not_hide_the_handshake(store, tm
     # server's ACK + ServerHello: WFC), its Handshake and 1-RTT packets do not.  As in
     # test_pcap.py's GSO test, the issues are then moved before the ServerHello and the
     # connection analyzed again: still WFC.
-    from quicack import analysis
+    from quicack.store import analysis
     copy = tmp_path / "cap.pcapng"
     copy.write_bytes((DATA / "local/aioquic-aioquic-handshake/cap.pcapng").read_bytes())  # no keys.log beside it
     store.ingest(copy)

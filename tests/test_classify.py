@@ -6,7 +6,7 @@ sequence that reaches it (the shapes follow the cases listed in ReACKed QUICer a
 
 from __future__ import annotations
 
-from quicack.classify import Close, classify
+from quicack.core.classify import Close, classify
 from quicack.model import Frame, Packet
 
 CH = Frame("crypto", offset_bytes=0, length_bytes=300)

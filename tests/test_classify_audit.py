@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from quicack.classify import Close, classify
+from quicack.core.classify import Close, classify
 from quicack.model import Frame
 from test_classify import CH, PAD, SH, Trace, ack_of  # noqa: F401  (the same packet builder)
 

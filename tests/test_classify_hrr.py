@@ -9,7 +9,7 @@ tests/test_peers_hrr.py.
 
 from __future__ import annotations
 
-from quicack.classify import classify
+from quicack.core.classify import classify
 from quicack.model import Frame
 
 from test_classify import CH, PAD, SH, Trace, ack_of

@@ -92,7 +92,7 @@ def test_export_parquet(tmp_path):
 
 
 def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypatch):
-    from quicack import peers
+    from quicack.lab import peers
     for name in peers.PEERS:  # the demo scans the real peers that are ready: make them ready
         peers.prepare(name)
     monkeypatch.chdir(tmp_path)  # the demo writes reports/demo.html here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from quicack import collector
+from quicack.core import gctuning as collector
 
 
 def test_tuning_is_undone_by_the_last_user_to_leave():

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from quicack import QuicackError, Store
 from quicack.cli import main
-from quicack.compare import compare_files
+from quicack.store.compare import compare_files
 
 DATA = Path(__file__).parent / "data/local"
 

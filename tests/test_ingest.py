@@ -1,4 +1,4 @@
-"""quicack.ingest: a folder's small qlogs ingested several at a time (each in its own transaction)
+"""quicack.store.ingest: a folder's small qlogs ingested several at a time (each in its own transaction)
 store exactly what ingesting them one after the other stores."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import orjson
 import pytest
 
 from conftest import DATA, RS
-from quicack import Store, ingest
-from quicack.store import CONNECTION_TABLES
+from quicack import Store
+from quicack.store import ingest
+from quicack.store.database import CONNECTION_TABLES
 
 
 def content(db) -> dict[str, list]:

@@ -1,5 +1,5 @@
 """rtt_samples.logged_*: each replayed sample beside the RTT values the implementation logged after
-the same ACK (quicack.analysis, native/src/lib.rs ``logged_after``), checked against the rule as
+the same ACK (quicack.store.analysis, native/src/lib.rs ``logged_after``), checked against the rule as
 ``schemas/README.md`` states it, computed here naively from the stored rows of random traces."""
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from conftest import DATA  # noqa: E402
-from quicack import Store, reader  # noqa: E402
+from quicack import Store  # noqa: E402
+from quicack.qlog import reader
 
 #: a JSON document (aioquic 0.3 client) and the same events as JSON-SEQ, both small
 SOURCES = [DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"]

@@ -1,4 +1,4 @@
-"""quicack.normalize: datagram ids derived from the packets a trace logs (RFC 9000 §12.2
+"""quicack.qlog.normalize: datagram ids derived from the packets a trace logs (RFC 9000 §12.2
 coalescing as logged), over hand-written traces whose expected datagrams are spelled out per case."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from quicack import Store, reader
+from quicack import Store
+from quicack.qlog import reader
 
 RS = b"\x1e"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from quicack import Store
-from quicack.capture import GSO_REMEDY
-from quicack.pcap import find_keylog, lua_script, PACKET_FIELDS, tshark_binary, tshark_version
+from quicack.pcap.staging import GSO_REMEDY
+from quicack.pcap.tshark import find_keylog, lua_script, PACKET_FIELDS, tshark_binary, tshark_version
 
 DATA = Path(__file__).parent / "data"
 
@@ -335,7 +335,7 @@ def test_a_peer_port_tshark_gives_to_another_protocol_is_decoded_as_quic_when_na
     fields -e frame.protocols -e udp.srcport`` shows 'eth:ethertype:ip:udp:ecatf:data 34980' for
     its 36 datagrams to and from that port, so tshark's QUIC heuristics never see them.  Refused
     as no QUIC; with the port named, three connections (the scan's three probes) decrypt with the
-    scan's key log.  quicack.peers.scan names the peer's port for this reason."""
+    scan's key log.  quicack.lab.peers.scan names the peer's port for this reason."""
     folder = DATA / "peers/quinn/port-34980"
     with Store(tmp_path / "s.duckdb") as store:
         refused = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log")
@@ -378,7 +378,7 @@ def test_gso_superframes_reported_and_not_misread(tmp_path):
 
 
 def test_gso_superframes_before_the_serverhello_make_the_class_unknown(tmp_path):
-    from quicack import analysis
+    from quicack.store import analysis
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest(GSO / "cap.pcapng")
         # here every super-frame comes after the handshake: the class stands
@@ -456,7 +456,8 @@ def _staged(path: Path, fast: bool) -> dict[str, list[tuple]]:
     """The temporary rows of one capture (c_dgram, c_tp, c_pkt, c_frame), staged batch by batch."""
     import duckdb
 
-    from quicack import capture, pcap
+    from quicack.pcap import staging as capture
+    from quicack.pcap import tshark as pcap
 
     con = duckdb.connect()
     with pcap.Dissection(path) as dissection:
@@ -480,12 +481,14 @@ FAST_CASES = [c.path for c in CASES] + [
 
 @pytest.mark.parametrize("path", FAST_CASES, ids=lambda p: p.name)
 def test_the_fast_path_stages_the_rows_of_the_general_path(path, monkeypatch):
-    """Most datagrams are staged by quicack.fastpath in Arrow, the others by the SQL of the
+    """Most datagrams are staged by quicack.pcap.fastpath in Arrow, the others by the SQL of the
     general path, which can stage any datagram.  Staged both ways, in small batches (the held
     datagrams then go through the general path while tshark runs, several at a time), every
     capture gives the same datagram, packet and frame rows; and the fast path did take datagrams
     of every capture (with CONNECTION_CLOSE, several ACK ranges, undecrypted packets, GSO…)."""
-    from quicack import capture, fastpath, pcap
+    from quicack.pcap import staging as capture
+    from quicack.pcap import fastpath
+    from quicack.pcap import tshark as pcap
 
     monkeypatch.setattr(pcap, "MIN_BATCH_BYTES", 2000)
     monkeypatch.setattr(capture, "HELD_ROWS", 3)
@@ -503,8 +506,8 @@ def test_the_fast_path_leaves_what_it_cannot_read_to_the_general_path():
     always go there; non-UDP rows go nowhere."""
     import pyarrow as pa
 
-    from quicack import fastpath
-    from quicack.pcap import ALL_FIELDS, column
+    from quicack.pcap import fastpath
+    from quicack.pcap.tshark import ALL_FIELDS, column
 
     def rows(*changes: dict) -> pa.Table:
         base = {column(f): None for f in ALL_FIELDS}
@@ -551,7 +554,8 @@ def test_connections_worked_out_per_tshark_connection_as_per_datagram(path):
     capture the same connections (ids, keys) and the same connection and sender per datagram."""
     import duckdb
 
-    from quicack import capture, pcap
+    from quicack.pcap import staging as capture
+    from quicack.pcap import tshark as pcap
 
     con = duckdb.connect()
     pcap.stage(con, path)
@@ -575,7 +579,8 @@ def test_packets_numbered_while_staging_are_numbered_in_capture_order(layout):
     the packets left are numbered again, still 0 to n - 1 in capture order."""
     import duckdb
 
-    from quicack import capture, pcap
+    from quicack.pcap import staging as capture
+    from quicack.pcap import tshark as pcap
 
     con = duckdb.connect()
     with pcap.Dissection(AIOQUIC / "cap.pcapng") as dissection:

@@ -2,7 +2,7 @@
 loopback, scanned with ``quicack scan`` (3 probes of ``<peer>.localhost`` fetching /64k.bin, with
 ``--pcap``), and then ``quicack analyze`` puts the capture (with the scan's key log) and the peer's
 own server qlog into the same store.  Every probe thus has three views — the scanner's client
-qlog, the capture and the server's qlog — which the tests pair (quicack.peerviews) and compare.
+qlog, the capture and the server's qlog — which the tests pair (quicack.report.peers) and compare.
 
 How the expected values were observed (runs on this machine, loopback, 2 shared cores):
 the first server datagram read off the store (``packets`` joined with ``frames``, the server's
@@ -29,8 +29,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from quicack import QuicackError, Store, peers, peerviews
-from quicack.compare import compare_connections
+from quicack import QuicackError, Store
+from quicack.lab import peers
+from quicack.report import peers as peerviews
+from quicack.store.compare import compare_connections
 
 REPO = Path(__file__).resolve().parent.parent
 REPETITIONS = 3

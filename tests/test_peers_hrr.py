@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from quicack import Store, dumpcap, peers
+from quicack import Store
+from quicack.pcap import dumpcap
+from quicack.lab import peers
 
 
 def _exchange(workdir: Path, server_curves: str | None, client_curves: str | None) -> tuple[list[Path], Path, Path]:

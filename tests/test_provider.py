@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quicack.provider import AsNames, Attribution, attribute
+from quicack.report.provider import AsNames, Attribution, attribute
 
 
 def test_local_addresses_are_local():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA, rows, write_json, write_seq
-from quicack import qlog
+from quicack.qlog import dialect as qlog
 
 REFERENCE_MS = 1_700_000_000_000.0
 CLIENT_INITIAL = {"packet_type": "initial", "packet_number": 0, "size": 1252,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quicack.quicversion import explain, long_header_version, name, unreadable
+from quicack.core.quicversion import explain, long_header_version, name, unreadable
 
 
 @pytest.mark.parametrize("payload, version", [

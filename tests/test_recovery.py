@@ -9,10 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quicack.recovery import (
-    APPLICATION, HANDSHAKE, INITIAL, AckReceived, HandshakeConfirmed, Lost, PeerMaxAckDelay,
-    PtoExpired, RetryReceived, RttEstimator, Sent, SpaceDiscarded, first_pto_after, initial_pto_ms, replay,
-)
+from quicack.core.recovery import (APPLICATION, HANDSHAKE, INITIAL, AckReceived, HandshakeConfirmed, Lost, PeerMaxAckDelay, PtoExpired, RetryReceived, RttEstimator, Sent, SpaceDiscarded, first_pto_after, initial_pto_ms, replay)
 
 
 def ack(t, space, *ranges, delay=0.0):

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from quicack.recovery import (
-    APPLICATION, FIRST_PTO_MS, HANDSHAKE, INITIAL, K_GRANULARITY_MS, K_INITIAL_RTT_MS,
-    AckReceived, HandshakeConfirmed, Lost, PtoExpired, RetryReceived, RttEstimator, Sent,
-    SpaceDiscarded, first_pto_after, initial_pto_ms, replay,
-)
+from quicack.core.recovery import (APPLICATION, FIRST_PTO_MS, HANDSHAKE, INITIAL, K_GRANULARITY_MS, K_INITIAL_RTT_MS, AckReceived, HandshakeConfirmed, Lost, PtoExpired, RetryReceived, RttEstimator, Sent, SpaceDiscarded, first_pto_after, initial_pto_ms, replay)
 
 
 def ack(t, space, *ranges, delay=0.0):

@@ -1,6 +1,6 @@
 """`quicack report` rendered in a real headless Chromium (Debian's, driven by Playwright).
 
-The store is real: a scan (`quicack.scan`) of local `quicack serve` listeners of each ACK
+The store is real: a scan (`quicack.scan.run`) of local `quicack serve` listeners of each ACK
 behaviour — one of them answering with a hostile `server` header — plus the real traces and
 captures in tests/data (several producers, an instant ACK, WFC handshakes, a transfer).  In the
 browser: no console errors, every plot has data points, the links resolve, and strings from
@@ -20,9 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import DATA, ensure_command
-from quicack import Store, scan
+from quicack import Store
+from quicack.scan import run as scan
 from quicack.cli import main
-from quicack.report import write_report
+from quicack.report.document import write_report
 from servers import Servers
 
 ARTIFACTS = Path(os.environ.get("QUICACK_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "reports/test-artifacts"))

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from quicack import scan
+from quicack.scan import run as scan
 from quicack.cli import main
 from quicack.model import QuicackError
 from servers import Servers
@@ -249,7 +249,7 @@ def test_a_merge_leaves_alone_a_file_that_changed_since_it_was_written(tmp_path,
     con.close()
     assert summary.outcomes == {"ok": 4}
     # four files of one probe each (batch_size 1: none merged); drop the links, then edit one
-    from quicack.store import Store
+    from quicack.store.database import Store
     with Store(str(tmp_path / "s.duckdb")) as store:
         paths = [p for (p,) in store.con.execute("SELECT qlog_path FROM probes ORDER BY 1").fetchall()]
         store.con.execute("UPDATE probes SET connection_id = NULL")
@@ -316,7 +316,8 @@ def test_a_finished_probe_leaves_no_cycles_for_the_garbage_collector(servers):
     import asyncio
     import gc
 
-    from quicack import cidtag, probe
+    from quicack.core import cidtag
+    from quicack.scan import probe
 
     async def probes(n: int) -> list[str]:
         out = []

@@ -18,7 +18,8 @@ import subprocess
 import duckdb
 import pytest
 
-from quicack import cidtag, serve
+from quicack.core import cidtag
+from quicack.lab import serve
 from servers import REPO, env, quicack
 
 CERT_DELAY_MS = 20.0

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from quicack import cidtag
+from quicack.core import cidtag
 from quicack.cli import main
 from servers import REPO, Servers, env, quicack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from quicack.store import schema_columns
+from quicack.store.database import schema_columns
 
 DOC = (Path(__file__).resolve().parent.parent / "schemas" / "README.md").read_text()
 

@@ -19,7 +19,8 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.logger import QuicLogger
 
-from quicack import probe, serve
+from quicack.scan import probe
+from quicack.lab import serve
 from quicack.model import QuicackError
 
 CLIENT, SERVER = ("127.0.0.1", 50000), ("127.0.0.2", 4433)
@@ -156,7 +157,7 @@ def test_a_probe_keeps_aioquics_log_unless_a_scan_silenced_it():
     try:
         log.setLevel(logging.DEBUG)
         assert logger().isEnabledFor(logging.DEBUG) and logger().logger is log
-        log.setLevel(logging.CRITICAL)  # as quicack.scan.quiet_aioquic()
+        log.setLevel(logging.CRITICAL)  # as quicack.scan.run.quiet_aioquic()
         assert not logger().isEnabledFor(logging.CRITICAL)
         logger().warning("dropped %s", "silently")
     finally:

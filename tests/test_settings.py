@@ -1,8 +1,8 @@
-"""quicack.settings: settings changed for a step come back as they were, sizes included."""
+"""quicack.store.settings: settings changed for a step come back as they were, sizes included."""
 
 import duckdb
 
-from quicack import settings
+from quicack.store import settings
 
 
 def current(con, name):

@@ -273,7 +273,7 @@ def test_parallel_first_server_initial_is_ack_only(tmp_path):
 def test_a_replay_view_of_a_stored_connection_gives_its_stored_samples(tmp_path):
     # The store's replay (every connection of a file at once) and replay_view (one connection, its
     # samples returned, e.g. for the peers' server-side views) hand the native replay the same columns.
-    from quicack import analysis
+    from quicack.store import analysis
     with Store(tmp_path / "a.duckdb") as store:
         store.ingest(DATA / f"{QVIS}/doublevantage_100ms.qlog")
         views = store.con.execute("SELECT connection_id, replay_endpoint FROM connections ORDER BY 1").fetchall()

@@ -1,6 +1,6 @@
 """Ingesting in bounded slices: a file cut into many slices gives exactly the rows of one slice.
 
-quicack.reader cuts a file into slices of about SLICE_BYTES and quicack.normalize carries what a
+quicack.qlog.reader cuts a file into slices of about SLICE_BYTES and quicack.qlog.normalize carries what a
 slice needs from the earlier ones (connection ids, event indexes, time base, datagram counter and
 last packet, client CID, transport parameters, ODCID).  Every test here ingests the same file
 twice — once as one slice (a SLICE_BYTES larger than the file), once cut into many — and
@@ -21,8 +21,10 @@ import orjson
 import pytest
 
 from conftest import DATA, RS, rows, write_json, write_seq
-from quicack import Store, ingest, reader
-from quicack.store import table_names
+from quicack import Store
+from quicack.store import ingest
+from quicack.qlog import reader
+from quicack.store.database import table_names
 
 TRACES = sorted(p for p in DATA.rglob("*") if p.is_file() and p.suffix in (".qlog", ".sqlog", ".txt")
                 and p.read_bytes()[:1] in (b"{", RS))  # picoquic's reference qlogs are .txt
@@ -263,7 +265,7 @@ def test_progress_is_reported_within_a_large_file(tmp_path, monkeypatch):
 
 
 def test_a_large_file_hashed_while_staging_is_still_skipped_when_unchanged(tmp_path, monkeypatch):
-    from quicack import store as store_module
+    from quicack.store import database as store_module
     monkeypatch.setattr(store_module, "SYNC_HASH_BYTES", 0)  # always hash in the background
     monkeypatch.setattr(reader, "SLICE_BYTES", 4000)
     path = write_seq(tmp_path / "t.sqlog", SEQ_HEADER, _events(60))

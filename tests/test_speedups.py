@@ -1,4 +1,4 @@
-"""quicack.speedups: each stand-in behaves as the aioquic helper it replaces (compared with the
+"""quicack.scan.speedups: each stand-in behaves as the aioquic helper it replaces (compared with the
 original on the same inputs); a whole handshake through them is covered by test_serve/test_scan."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from aioquic.quic import connection
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.logger import QuicLogger
 
-from quicack import probe, speedups  # noqa: F401  (importing probe applies the speedups)
+from quicack.scan import probe  # noqa: F401  (importing probe applies the speedups)
+from quicack.scan import speedups
 
 
 def test_importing_the_probe_applies_them_once():

@@ -13,7 +13,7 @@ import pytest
 from conftest import DATA, RS, rows
 from quicack import QuicackError, Store
 from quicack.model import SCHEMA_VERSION
-from quicack.store import table_names
+from quicack.store.database import table_names
 
 AIOQUIC_CLIENT = DATA / "local/aioquic-aioquic-handshake/qlog_client/e60faf3e02b8978c.qlog"
 QUICHE_SEQ = DATA / "quiche-qlog-crate/streamer_test_expected_main-schema.sqlog"
@@ -438,7 +438,7 @@ def test_a_malformed_record_in_a_later_slice_refuses_the_file_and_stops_the_stag
     # and no staging thread outlives the ingest.
     import threading
 
-    from quicack import reader
+    from quicack.qlog import reader
     monkeypatch.setattr(reader, "SLICE_BYTES", 1024)
     store.ingest(AIOQUIC_CLIENT)
     before = snapshot(store)

@@ -6,9 +6,10 @@ import zipfile
 
 import pytest
 
-from quicack import cidtag, targets
+from quicack.core import cidtag
+from quicack.scan import targets
 from quicack.model import QuicackError
-from quicack.scan import in_shard, parse_shard
+from quicack.scan.run import in_shard, parse_shard
 
 
 def test_a_tranco_csv_and_its_zip_give_ranks_and_positions(tmp_path):

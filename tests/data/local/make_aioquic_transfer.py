@@ -18,7 +18,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 from aioquic.quic.logger import QuicFileLogger
 
-from quicack.certificate import self_signed, write_pem
+from quicack.lab.certificate import self_signed, write_pem
 
 OUT = Path(__file__).parent / "aioquic-transfer"
 SIZE = 400_000

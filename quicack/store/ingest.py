@@ -1,0 +1,115 @@
+"""`quicack analyze` as a Python function: expand paths, ingest each file, collect a summary.
+
+Theory of operation: folders are walked recursively for trace files (qlog, sqlog, their gzip
+forms, NDJSON and JSON) and captures (pcap, pcapng, also gzipped); each file is handed to
+:meth:`quicack.store.database.Store.ingest`, which commits or rolls back that file alone — the small qlogs
+first, several at a time (:meth:`quicack.store.database.Store.ingest_many`), then the others in order.
+Progress is reported through a callback so the CLI can draw it.
+
+Start-up counts for a capture (a user waits for it): tshark spends a few tenths of a second
+loading its dissectors before it writes a row, so the first capture's tshark is started before
+the store — and with it DuckDB and pyarrow — is loaded; this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from quicack.pcap import tshark as pcap
+from quicack.model import QuicackError, Summary
+from quicack.pcap.tshark import CAPTURE_SUFFIXES
+
+TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", ".sqlog.gz",
+                  ".json.gz", ".ndjson.gz")
+
+
+def is_trace_file(path: Path) -> bool:
+    name = path.name.lower()
+    return name.endswith(TRACE_SUFFIXES + CAPTURE_SUFFIXES)
+
+
+def expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named directly are taken as they are; folders contribute their trace files."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and is_trace_file(p)))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise QuicackError("no such file or folder", str(path))
+    return files
+
+
+#: qlog files up to this size are ingested ``jobs`` at a time (Store.ingest_many): their cost is
+#: mostly fixed, per statement; larger ones, and captures, one after the other with all cores
+PARALLEL_BYTES = 4 << 20
+
+
+def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", reanalyze: bool = False,
+            progress: Callable[[Path, int], None] | None = None, keylog: str | Path | None = None,
+            quic_ports: Iterable[int] = (), dissection: pcap.Dissection | None = None,
+            jobs: int | None = None) -> Summary:
+    """Ingest every trace under ``paths`` into the store ``db``; return what happened per file,
+    in the order of the files.
+
+    ``progress(path, n)`` is called as each file is read, ``n`` the bytes of that file done since
+    the previous call (several times within a large qlog); per file the calls add up to its size.
+    Captures are decrypted with ``keylog`` (else a key log beside each capture); ``quic_ports``
+    are decoded as QUIC.  ``dissection``: tshark already started (quicack.cli starts it before
+    parsing its command line), taken over if it is the first file's, else stopped.  ``jobs``:
+    small qlog files ingested at once (default: one per core), each in its own transaction;
+    ``progress`` is then called from that many threads.
+    """
+    files = expand(paths)
+    jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
+    quic_ports = tuple(quic_ports)
+    summary = Summary()
+    if dissection is not None and not (files and dissection.matches(files[0], keylog, quic_ports)):
+        dissection.close()
+        dissection = None
+    early = dissection or _start_first_capture(files, keylog, quic_ports)
+    try:
+        from quicack.store.database import Store  # DuckDB and pyarrow load while tshark starts
+
+        with Store(db) as store:
+            results: dict[int, object] = {}
+            small = [i for i, path in enumerate(files) if _parallel(path)] if jobs > 1 else []
+            if len(small) > 1:
+                results.update(zip(small, store.ingest_many([files[i] for i in small], jobs, reanalyze,
+                                                            progress)))
+            for i, path in enumerate(files):
+                if i in results:
+                    continue
+                step = (lambda n, path=path: progress(path, n)) if progress else None
+                dissection = early if early is not None and early.path == path else None
+                results[i] = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
+                                          progress=step, dissection=dissection)
+            summary.files.extend(results[i] for i in range(len(files)))
+            if summary.file_ids:
+                summary.handshake_classes = store.handshake_class_rows(summary.file_ids)
+    finally:
+        if early is not None:
+            early.close()  # if the store could not be opened; else a no-op
+    return summary
+
+
+def _parallel(path: Path) -> bool:
+    try:
+        return not pcap.is_capture(path) and path.stat().st_size <= PARALLEL_BYTES
+    except OSError:
+        return False  # (ingest says why)
+
+
+def _start_first_capture(files: list[Path], keylog, quic_ports: tuple[int, ...]) -> pcap.Dissection | None:
+    """tshark already running on the first file if it is a capture (None if it is not, or if
+    tshark cannot start: ingesting the file then says why)."""
+    if not files or not pcap.is_capture(files[0]) or pcap.capture_format(files[0]) is None:
+        return None
+    try:
+        return pcap.Dissection(files[0], keylog, quic_ports)
+    except QuicackError:
+        return None
