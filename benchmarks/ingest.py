@@ -50,16 +50,17 @@ SOURCE = ROOT / "tests/data/qvis/visualizations/public/standalone_data/draft-01/
 CHILD = r"""
 import json, resource, sys, time
 import machine
-from quicack import analyze, analysis
+from quicack import analyze
+from quicack.store import analysis
 spent = {"analysis_s": 0.0}
-replay = analysis.analyze
+replay = analysis.classify_and_replay
 def timed(*args):  # (the classification and RFC 9002 replay that follow normalization)
     t = time.perf_counter()
     try:
         return replay(*args)
     finally:
         spent["analysis_s"] += time.perf_counter() - t
-analysis.analyze = timed
+analysis.classify_and_replay = timed
 t = time.perf_counter()
 summary = analyze([sys.argv[1]], db=sys.argv[2])
 wall = time.perf_counter() - t
@@ -75,7 +76,7 @@ print(json.dumps({"wall_s": wall, "status": f.status, "events": f.events, "packe
 READ_CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-from quicack import reader
+from quicack.qlog import reader
 t = time.perf_counter()
 events = 0
 with reader.open_source(Path(sys.argv[1])) as source:
@@ -93,8 +94,10 @@ print(json.dumps({"wall_s": wall, "events": events, "cpu_s": usage.ru_utime + us
 STORE_CHILD = r"""
 import json, sys, time
 import duckdb
-from quicack import Store, settings
-from quicack.store import INGEST_SETTINGS, table_names
+from quicack import Store
+from quicack.store import settings
+from quicack.store.schema import table_names
+from quicack.store.transaction import INGEST_SETTINGS
 src = duckdb.connect(sys.argv[1], read_only=True)
 # every table the ingest fills (not its bookkeeping, nor rtt_samples: written by the replay)
 tables = {t: src.sql(f"SELECT * FROM {t}").to_arrow_table(1 << 14)
@@ -150,13 +153,14 @@ def quic_go_connection(workdir: Path, transfer_bytes: int = 40_000_000) -> Conne
     kept = workdir / "quic-go.sqlog"
     if not kept.exists():
         from quicack.lab import peers
-        from quicack.scan import run as scan
+        from quicack.scan import scanner as scan
+        from quicack.scan.options import ScanOptions
 
         base = workdir / "quic-go-transfer"
         with peers.start("quic-go", base / "peer") as running:
             (running.workdir / "htdocs" / "big.bin").write_bytes(os.urandom(transfer_bytes))
             (base / "list.txt").write_text("quic-go.localhost\n")
-            summary = scan.scan(scan.ScanOptions(
+            summary = scan.scan(ScanOptions(
                 list_path=str(base / "list.txt"), db=str(base / "scan.duckdb"), run="transfer",
                 out_dir=str(base / "scan"), repetitions=1, path="/big.bin", response_timeout_s=300.0,
                 resolve={"quic-go.localhost": (running.host, running.port)}, allow_private=True))

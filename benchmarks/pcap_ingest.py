@@ -8,7 +8,7 @@ Prints, from one run on one capture (≥ 30k packets; made on loopback with
 * ``quicack analyze`` on the capture into a fresh store, as a user runs it (new process:
   Python start-up, tshark, DuckDB normalization and commit all included);
 * pyshark's ``FileCapture`` iterating packets and reading one QUIC field (the per-packet object
-  API), timed on the first ``--pyshark-packets`` packets (it is ~50× slower);
+  API), timed on the first ``--pyshark-packets`` packets (it is far slower);
 * optionally (``--default-dissectors``) raw tshark with every dissector on (HTTP/3 included),
   which is what an unconfigured ``tshark -T fields`` costs on an HTTP/3 transfer.
 
@@ -35,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quicack.pcap import tshark as pcap  # noqa: E402
+from quicack.pcap import tshark  # noqa: E402
+from quicack.pcap.fields import ALL_FIELDS  # noqa: E402
 
 
 def wall(cmd: list[str], **kwargs) -> tuple[float, float]:
@@ -54,13 +55,13 @@ def frames_in(capture: Path) -> int:
 
 
 def raw_tshark(capture: Path, keylog: Path | None, default_dissectors: bool = False) -> tuple[float, float]:
-    cmd = [pcap.tshark_binary(), "-r", str(capture), "-n", "-T", "fields", "-E", "separator=/t",
+    cmd = [tshark.tshark_binary(), "-r", str(capture), "-n", "-T", "fields", "-E", "separator=/t",
            "-E", "occurrence=a", "-E", "aggregator=,"]
     if not default_dissectors:
         cmd += ["--disable-protocol", "http3"]
     if keylog:
         cmd += ["-o", f"tls.keylog_file:{keylog}"]
-    for f in pcap.ALL_FIELDS:
+    for f in ALL_FIELDS:
         if f != "quicack.layout":
             cmd += ["-e", f]
     return wall(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,7 +70,7 @@ def raw_tshark(capture: Path, keylog: Path | None, default_dissectors: bool = Fa
 def quicack_analyze(capture: Path, keylog: Path | None, workdir: Path) -> tuple[float, float]:
     db = workdir / "bench.duckdb"
     db.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "quicack.cli", "analyze", "-q", "--db", str(db), str(capture)]
+    cmd = [sys.executable, "-m", "quicack", "analyze", "-q", "--db", str(db), str(capture)]
     if keylog:
         cmd += ["--keylog", str(keylog)]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
@@ -120,7 +121,7 @@ def main() -> None:
             keylog = workdir / "capture" / "keys.log"
         frames = frames_in(capture)
         size = capture.stat().st_size
-        print(f"capture: {capture} ({frames} packets, {size / 1e6:.1f} MB), tshark {pcap.tshark_version(pcap.tshark_binary())}")
+        print(f"capture: {capture} ({frames} packets, {size / 1e6:.1f} MB), tshark {tshark.tshark_version(tshark.tshark_binary())}")
         if frames < 30_000:
             print("note: fewer than 30k packets; the target is defined on ≥ 30k")
 

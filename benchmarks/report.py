@@ -31,7 +31,7 @@ import json, sys, time
 import machine
 from datetime import datetime, timezone
 from quicack import Store
-from quicack.report import write_report
+from quicack.report.document import write_report
 t = time.perf_counter()
 with Store(sys.argv[1], read_only=True) as store:
     report = write_report(store, sys.argv[2], now=datetime.now(timezone.utc))

@@ -92,8 +92,24 @@ def _is_input(f: Path) -> bool:
     return name.endswith((".qlog", ".sqlog", ".json", ".ndjson", ".pcap", ".pcapng", ".cap"))
 
 
+def _tables(lines: list[str]) -> dict[str, list[str]]:
+    """A dump's lines by table ('' for the file's status lines)."""
+    tables: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in lines:
+        if line.startswith("## "):
+            current = line.split(" ", 2)[1]
+            tables[current] = [line]
+        else:
+            tables[current].append(line)
+    return tables
+
+
 def compare(old: Path, new: Path) -> int:
+    """Files whose dumps differ; a table that only one side has and that holds no rows (a table
+    added to the schema) is named but is no difference."""
     bad = 0
+    added: set[str] = set()
     names = sorted({p.name for p in old.glob("*.jsonl")} | {p.name for p in new.glob("*.jsonl")})
     for name in names:
         a, b = old / name, new / name
@@ -101,15 +117,27 @@ def compare(old: Path, new: Path) -> int:
             print(f"only in {'new' if not a.exists() else 'old'}: {name}")
             bad += 1
             continue
-        la, lb = a.read_text().splitlines(), b.read_text().splitlines()
-        if la != lb:
-            bad += 1
-            for i, (x, y) in enumerate(zip(la, lb)):
-                if x != y:
-                    print(f"{name}: line {i + 1}\n  old {x[:300]}\n  new {y[:300]}")
-                    break
-            else:
-                print(f"{name}: {len(la)} lines old, {len(lb)} new")
+        ta, tb = _tables(a.read_text().splitlines()), _tables(b.read_text().splitlines())
+        for table in set(ta) ^ set(tb):
+            rows = (ta.get(table) or tb.get(table))[1:]
+            if rows:
+                continue
+            added.add(table)
+            ta.pop(table, None)
+            tb.pop(table, None)
+        for table in sorted(set(ta) | set(tb)):
+            la, lb = ta.get(table, []), tb.get(table, [])
+            if la != lb:
+                bad += 1
+                for i, (x, y) in enumerate(zip(la, lb)):
+                    if x != y:
+                        print(f"{name} {table}: line {i + 1}\n  old {x[:300]}\n  new {y[:300]}")
+                        break
+                else:
+                    print(f"{name} {table}: {len(la)} lines old, {len(lb)} new")
+                break
+    if added:
+        print(f"empty tables only one side has (new in the schema): {', '.join(sorted(added))}")
     print(f"{len(names)} files compared, {bad} differ")
     return 1 if bad else 0
 

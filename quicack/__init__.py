@@ -9,7 +9,8 @@ The Python API used by the CLI and by notebooks::
         acks = store.sql("SELECT * FROM frames WHERE frame_type = 'ack'")
 """
 
-from quicack.model import ANALYSIS_VERSION, SCHEMA_VERSION, QuicackError, Summary
+from quicack.model import QuicackError, Summary
+from quicack.store.schema import ANALYSIS_VERSION, SCHEMA_VERSION
 
 __all__ = ["analyze", "Store", "QuicackError", "Summary", "ANALYSIS_VERSION", "SCHEMA_VERSION"]
 

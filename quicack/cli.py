@@ -8,88 +8,22 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from quicack.pcap.tshark import Dissection
-    from quicack.scan.run import ScanOptions
+import click
 
+from quicack.lab.modes import SERVE_MODES
+from quicack.model import QuicackError, Summary
+from quicack.scan.options import USER_AGENT, ScanOptions, parse_shard
 
-def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...]] | None:
-    """(first path, --keylog, --quic-port values) of a plain ``analyze`` command line (argv
-    without the program), else None: another command, or an option not understood here (click
-    then parses the command line as ever).
-
-    A deliberate second reading of a few of ``analyze``'s options (click's is the real one): it
-    lets tshark start before click loads, 25–50 ms of a capture's ~2.5 s, which the pcap
-    benchmark's 0.7× target needs on this machine (without it: 0.70–0.71× median, with it
-    0.79×).  Anything it does not know makes it step aside."""
-    if len(argv) < 2 or argv[0] != "analyze":
-        return None
-    keylog, ports, paths = None, [], []
-    args = iter(argv[1:])
-    for arg in args:
-        if arg == "--":
-            paths.extend(args)
-            break
-        name, eq, value = arg.partition("=")
-        if name in ("--db", "--keylog", "--quic-port") and (eq or arg == name):
-            value = value if eq else next(args, None)
-            if value is None:
-                return None
-            if name == "--keylog":
-                keylog = value
-            elif name == "--quic-port":
-                if not value.isdigit():
-                    return None
-                ports.append(int(value))
-        elif arg in ("-q", "--quiet", "--reanalyze"):
-            continue
-        elif arg.startswith("-"):
-            return None
-        else:
-            paths.append(arg)
-    return (Path(paths[0]), keylog, tuple(ports)) if paths else None
+# Commands import what they use when they run: no command waits for DuckDB, aioquic, polars or
+# plotly unless it needs them (`quicack analyze` of a capture has tshark started first: see
+# quicack.__main__).
 
 
-def _tshark_first() -> Dissection | None:
-    """tshark started on the capture of ``quicack analyze CAPTURE …`` — this process's own
-    command — before click and the rest of the command line load (~50 ms sooner; tshark's own
-    start-up, ~0.3 s of loading dissectors, is what the command waits for first).  quicack.store.ingest
-    takes it over if it is the dissection the parsed command wants, else stops it; stopped at
-    exit if the command never got that far (a usage error)."""
-    parsed = analyze_arguments(sys.argv[1:])
-    if parsed is None or not parsed[0].is_file():
-        return None
-    import atexit
-
-    from quicack.store import ingest  # light: quicack.pcap and quicack.model
-
-    started = ingest._start_first_capture([parsed[0]], parsed[1], parsed[2])
-    if started is not None:
-        atexit.register(started.close)
-    return started
-
-
-#: The capture dissection started before the command line is parsed (:func:`_tshark_first`).
-_EARLY = [_tshark_first() if __name__ == "__main__" or Path(sys.argv[0]).name == "quicack" else None]
-
-import click  # noqa: E402
-
-from quicack.model import SERVE_MODES, USER_AGENT, QuicackError, Summary  # noqa: E402
-
-# Commands import what they use when they run: `quicack analyze` on a capture starts tshark
-# before DuckDB, pyarrow and the rest load (see quicack.store.ingest), and no command waits for aioquic,
-# polars or plotly unless it needs them.
-
-
-@cache
 def _err():
-    """rich's console on stderr (progress bars, peer messages), made when first needed."""
-    from rich.console import Console
-    return Console(stderr=True, highlight=False)
+    from quicack.progress import console
+    return console()
 
 
 DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
@@ -121,9 +55,10 @@ def main() -> None:
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
                  quic_ports: tuple[int, ...] = (), jobs: int | None = None) -> Summary:
-    from quicack.store import ingest  # light: it starts tshark on a capture before loading DuckDB
+    from quicack.store import ingest  # light: tshark may start on a capture before DuckDB loads
 
-    early, _EARLY[0] = _EARLY[0], None
+    state = click.get_current_context().find_root().obj or {}
+    early, state["dissection"] = state.get("dissection"), None  # (taken over by the ingest)
     try:
         files = ingest.expand(paths)
     except QuicackError:
@@ -135,48 +70,18 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
     if not show:
         return ingest.analyze(files, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
                               dissection=early, jobs=jobs)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), console=_err(), transient=True) as bar:
-        task = bar.add_task("analyzing", total=total)
-
-        def step(path: Path, size: int) -> None:
-            bar.update(task, advance=size, description=path.name[:40])
-        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=step, keylog=keylog,
+    from quicack.progress import FileBar
+    with FileBar(total) as bar:
+        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
                               quic_ports=quic_ports, dissection=early, jobs=jobs)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
-    ingested, unchanged, refused = (summary.count(s) for s in ("ingested", "unchanged", "refused"))
-    for f in summary.files:
-        for w in f.warnings:
-            click.echo(f"warning: {w}", err=True)
-        if f.error:
-            click.echo(f"error: {f.error}", err=True)
-    click.echo(f"files: {len(summary.files)} ({ingested} ingested, {unchanged} unchanged, "
-              f"{refused} refused) into {db}")
-    click.echo(f"connections: {summary.connections}  packets: {summary.packets}  "
-              f"events: {summary.events}")
-    skipped = summary.skipped_events
-    if skipped:
-        listed = ", ".join(f"{name or '(no name)'} {n}" for name, n in list(skipped.items())[:12])
-        more = f", … {len(skipped) - 12} more names" if len(skipped) > 12 else ""
-        click.echo(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
-    if refused:
-        click.echo(f"failures: {refused}")
-    if summary.file_ids:
-        _print_table("handshakes by class:", *summary.handshake_classes)
-
-
-def _print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
-    """A plain, aligned text table (numbers with 3 decimals, NULL as '-')."""
-    click.echo(title)
-    cells = [list(columns)]
-    for row in rows:
-        cells.append(["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    for r in cells:
-        click.echo("  " + "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
+    from quicack.report import text
+    for line in text.summary_problems(summary):
+        click.echo(line, err=True)
+    for line in text.summary_lines(summary, db):
+        click.echo(line)
 
 
 @main.command()
@@ -210,7 +115,9 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
     except QuicackError as e:
         _fail(e)
     _print_summary(summary, db)
-    _QUICK_EXIT[0] = True
+    state = click.get_current_context().find_root().obj
+    if state is not None:
+        state["quick_exit"] = True  # (quicack.__main__: nothing left to save at exit)
     sys.exit(1 if summary.count("refused") else 0)
 
 
@@ -254,22 +161,10 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
             pairs = compare_files(store.con, 1, 2, tolerance_ms, strict)
         except QuicackError as e:
             _fail(e)
-    failed = False
-    for pair in pairs:
-        click.echo(f"connection {pair.odcid or '?'}: A {pair.a_vantage}, B {pair.b_vantage}: "
-                   f"{pair.matched} packets in both, {pair.only_a} only in A, {pair.only_b} only in B")
-        for sender, (n, med_abs, max_abs, med) in pair.time_stats.items():
-            click.echo(f"  {sender}-sent packets: time B − A median {med:+.3f} ms, "
-                       f"|B − A| median {med_abs:.3f} ms, max {max_abs:.3f} ms ({n} packets)")
-        if pair.ok:
-            click.echo("  no differences")
-            continue
-        failed = True
-        click.echo(f"  {len(pair.differences)} differences:")
-        for d in pair.differences[:limit]:
-            click.echo(f"    {d.sender} {d.space or '-'} pn {d.packet_number}: {d.detail}")
-        if len(pair.differences) > limit:
-            click.echo(f"    … {len(pair.differences) - limit} more (--limit)")
+    from quicack.report import text
+    for line in text.compared_lines(pairs, limit):
+        click.echo(line)
+    failed = not all(pair.ok for pair in pairs)
     sys.exit(1 if failed else 0)
 
 
@@ -359,109 +254,18 @@ def demo(db, quiet, with_peers):
     (scanners/demo.toml: 50 names × 3 probes), and print what each server's first flight
     looked like; then scan the real QUIC peers that are ready (Caddy, ngtcp2, quic-go, quinn:
     quicack peers build) and print their first ACK delays."""
-    from datetime import datetime
-    from importlib import resources
-
-    from quicack.scan import campaign
-    from quicack.report import firstflight
-    from quicack.scan import run as scan_mod
-    from quicack.lab import serve as serve_mod
-    from quicack.store.database import Store
-    folder = resources.files("quicack").joinpath("demo")
-    with resources.as_file(folder) as path:
-        try:
-            summary = _run_analyze([path], db, reanalyze=False, quiet=True)
-        except QuicackError as e:
-            _fail(e)
+    from quicack import demo as steps
+    try:
+        summary = steps.shipped(db)
         _print_summary(summary, db)
-    with Store(db, read_only=True) as store:
-        first = store.sql("""
-            SELECT c.vantage, p.direction, p.packet_type, p.packet_number, p.time_ms,
-                   string_agg(f.frame_type, '+' ORDER BY f.position) AS frames
-            FROM packets p JOIN connections c USING (connection_id)
-            JOIN frames f USING (connection_id, event_index)
-            WHERE p.sender = 'server' AND p.packet_type = 'initial' AND c.file_id IN
-                  (SELECT file_id FROM files WHERE path LIKE '%client.qlog' OR path LIKE '%server.qlog')
-            GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4""")
-    click.echo("server Initial packets as each side logged them:")
-    for row in first.iter_rows(named=True):
-        click.echo(f"  {row['vantage']:>7} {row['direction']:<8} pn {row['packet_number']} "
-                  f"at {row['time_ms']:.3f} ms: {row['frames']}")
-
-    scanners = campaign.scanners_dir()
-    config = scanners / "demo-servers.toml"
-    try:
-        specs = {f"{s.host}:{s.port}": s for s in serve_mod.load_config(config)}
-        opts = scan_mod.ScanOptions(**{**campaign.load(scanners / "demo.toml"), "db": db})
-        click.echo(f"\nstarting {len(specs)} local servers ({config.name}) and scanning "
-                   f"{opts.list_path.rsplit('/', 1)[-1]} ({opts.repetitions} probes a name)")
-        with serve_mod.Child(config):
-            result = scan_mod.scan(opts)
-    except QuicackError as e:
-        _fail(e)
-    resumed = " (already in the store: resumed)" if result.resumed else ""
-    click.echo(f"run {result.run!r}{resumed}: {result.probes} probes; outcomes: "
-               + ", ".join(f"{k} {v}" for k, v in result.outcomes.items()))
-    with Store(db, read_only=True) as store:
-        servers = firstflight.per_server(store.con, result.run_id)
-    click.echo("first server Initial as the scanner received it, per server (most common; medians):")
-    click.echo(f"  {'server':<18} {'behaviour':<47} {'probes':>6}  {'first Initial':<14} "
-               f"{'class':<10} {'ACK→SH gap':>10}  {'first ACK':>9}")
-    for row in servers:
-        spec = specs.get(row["server"])
-        what = (f"{spec.mode}, cert delay {spec.cert_delay_ms:g} ms, extra delay "
-                f"{spec.extra_delay_ms:g} ms") if spec else "?"
-        gap = "" if row["gap_ms"] is None else f"{row['gap_ms']:.1f} ms"
-        ack = "" if row["first_ack_ms"] is None else f"{row['first_ack_ms']:.1f} ms"
-        click.echo(f"  {row['server']:<18} {what:<47} {row['probes']:>6}  "
-                   f"{row['first_frames']:<14} {row['handshake_class'] or '-':<10} {gap:>10}  {ack:>9}")
-    click.echo(f"store: {db} (tables probes, connections, packets, frames, …); "
-               f"qlog and TLS keys: {result.out_dir}")
-    peer_failures = _demo_peers(db) if with_peers else []
-    from quicack.report import document as report_module  # plotly loads only for reports
-
-    out = Path("reports") / (Path(db).stem + ".html")
-    try:
-        with Store(db, read_only=True) as store:
-            written = report_module.write_report(store, out, now=datetime.now().astimezone(),
-                                                 max_connections=report_module.DEFAULT_MAX_CONNECTIONS)
+        steps.print_shipped(db, click.echo)
+        result = steps.local_servers(db, click.echo)
+        peer_failures = steps.ready_peers(db, click.echo, lambda m: click.echo(m, err=True)) if with_peers else []
+        out, written = steps.report(db)
     except QuicackError as e:
         _fail(e)
     click.echo(f"report: {out} ({written.figures} plots; {_drawn(written)})")
     sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
-
-
-def _peers_workdir(db: str) -> Path:
-    """Where peer scans keep their files: DB-scans/peers next to the store (like scan runs)."""
-    return Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"
-
-
-def _demo_peers(db: str) -> list[str]:
-    """Scan the peers that are ready (nothing is installed or built here) and print their first
-    ACK delays; returns the failures."""
-    from quicack.lab import peers as peer_mod
-    from quicack.report import peers as peerviews
-    from quicack.store.database import Store
-    ready = [n for n in peer_mod.PEERS if peer_mod.status(n) in ("installed", "built")]
-    if not ready:
-        click.echo("\nreal QUIC peers: none ready (`quicack peers build` adds Caddy, ngtcp2, quic-go and quinn)")
-        return []
-    click.echo(f"\nscanning the real QUIC peers that are ready: {', '.join(ready)} (3 probes each, with a capture)")
-    workdir = _peers_workdir(db)
-    runs, failures = [], []
-    for name in ready:
-        try:
-            done = peer_mod.scan(name, db, workdir / name)
-        except QuicackError as e:
-            failures.append(str(e))
-            click.echo(f"error: {e}", err=True)
-            continue
-        runs.append(done.run)
-        failures += done.failures
-    with Store(db, read_only=True) as store:
-        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)), nl=False)
-    click.echo("(`quicack peers scan` prints their RTT estimators next to the replay)")
-    return failures
 
 
 # --- serve -----------------------------------------------------------------------------------
@@ -542,7 +346,6 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
                   shard) -> ScanOptions:
     """Campaign values (LIST.toml) overridden by options given on the command line."""
     from quicack.scan import campaign
-    from quicack.scan import run as scan_mod
     values = campaign.load(list_path) if list_path.endswith(".toml") else {"list_path": list_path}
     for name, value in given.items():
         source = ctx.get_parameter_source(name)
@@ -551,7 +354,7 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
     values["resolve"] = {**values.get("resolve", {}), **resolve}
     if shard is not None:
         values["shard"] = shard
-    return scan_mod.ScanOptions(**values)
+    return ScanOptions(**values)
 
 
 @main.command()
@@ -616,41 +419,16 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
     joins connections.  Re-running the same command resumes the run.  Ctrl-C stops cleanly
     (probes in flight finish); a second Ctrl-C stops at once.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from quicack.scan import run as scan_mod
-    from quicack.scan import targets
+    from quicack.progress import ScanBar
+    from quicack.scan import scanner, targets
     try:
         opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
-                             scan_mod.parse_shard(shard_value))
+                             parse_shard(shard_value))
     except QuicackError as e:
         _fail(e)
-    show = not quiet and _err().is_terminal
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=_err(),
-                  disable=not show, transient=True) as bar:
-        task = bar.add_task("probing", total=None, rate="")
-        started = {}
-
-        def on_start(info: dict) -> None:
-            started.update(info, t=time.monotonic())
-            bar.update(task, total=info["total"], completed=info["stored"])
-            verb = "resuming" if info["resumed"] else "starting"
-            click.echo(f"{verb} run {info['run']!r}: {info['stored']} of {info['total']} probes "
-                       f"stored; files in {info['out_dir']}", err=True)
-
-        def on_progress(p) -> None:
-            if p.phase == "ingesting":
-                bar.update(task, total=p.files_to_ingest, completed=p.files_ingested,
-                           description="ingesting qlog files", rate="")
-                return
-            elapsed = max(1e-6, time.monotonic() - started.get("t", time.monotonic()))
-            label = "stopping (Ctrl-C again: now)" if p.stopping else "probing"
-            bar.update(task, completed=p.done, description=label,
-                       rate=f"{p.probed / elapsed:.0f} probes/s, {p.ingested} stored")
-
+    with ScanBar(not quiet and _err().is_terminal, lambda line: click.echo(line, err=True)) as bar:
         try:
-            summary = scan_mod.scan(opts, on_progress=on_progress, on_start=on_start)
+            summary = scanner.scan(opts, on_progress=bar.on_progress, on_start=bar.on_start)
         except QuicackError as e:
             _fail(e)
         except KeyboardInterrupt:  # before probing started or after a second Ctrl-C
@@ -751,7 +529,7 @@ def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
     from quicack.report import peers as peerviews
     from quicack.store.database import Store
     chosen = _peer_names(names)
-    base = Path(workdir) if workdir else _peers_workdir(db)
+    base = Path(workdir) if workdir else peer_mod.workdir_for(db)
     failed = False
     runs = []
     for name in chosen:
@@ -805,24 +583,9 @@ def peers_run(name, host, port, workdir):
         _fail(QuicackError(f"{name} exited with status {run.process.returncode}", str(run.log)))
 
 
-#: Set by a command after which the process may leave at once (see :func:`run`).
-_QUICK_EXIT = [False]
-
-
 def run() -> None:
-    """The ``quicack`` program: :func:`main`, and after ``analyze`` (whose user waits for it, the
-    store closed and every line written) an exit without the interpreter's teardown of DuckDB
-    and Arrow, which takes ~0.05 s and has nothing left to save."""
-    import os
-
-    try:
-        main()
-    except SystemExit as e:
-        if not _QUICK_EXIT[0] or not isinstance(e.code, int | None):
-            raise
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(e.code or 0)
+    """The command line without quicack.__main__'s early tshark start (``python -m quicack.cli``)."""
+    main()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""The trace model: names, versions and the one error class users see.
+"""The trace model: the error class users see, ingest results, packets as the analyses see them.
 
 Theory of operation: every input (qlog of any generation, later pcap) is mapped onto the same
 normalized rows — one connection per (file, trace, vantage), packets, frames, transport
@@ -11,30 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
-
-#: Bumped whenever the mapping from input to rows changes; a store re-ingests a file only when
-#: asked (``--reanalyze``) or when the file was ingested by another analysis version.  4: a
-#: ``quicack export --qlog`` file is not rescaled by its producer's quirks, delta-time traces
-#: whose first event holds the epoch time keep it, no producer is guessed from a header's shape;
-#: handshakes: a failed attempt after a restart is that failure, a ClientHello retransmitted with
-#: its CRYPTO frames reordered is one packet, a partial ClientHello needs logged packet numbers.
-#: 5: after a HelloRetryRequest, the round of the second ClientHello is classified; raw ACK
-#: delays of a sender whose ack_delay_exponent is invalid (above 20) are not decoded; a document
-#: cut short keeps no part of an event after one holding an "events" key.  6: the native core —
-#: other_events.data and frames.details keep the JSON text as logged (without blanks) rather than
-#: DuckDB's re-serialization, delta times are summed on across slices, a raw ACK Delay beyond 64
-#: bits is NULL rather than refusing the file, JSON-SEQ records are split at every RS, an untimed
-#: metrics, loss, drop or timer event refuses the file.
-ANALYSIS_VERSION = 6
-
-#: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
-SCHEMA_VERSION = 3
-
-#: The scanner's HTTP ``user-agent`` (quicack.scan.probe) and the ACK behaviours of quicack's own test
-#: servers (quicack.lab.serve).  Kept here, with no import cost, because the command line shows them
-#: in ``--help`` without loading aioquic.
-USER_AGENT = "quicack/0.1 (QUIC ACK measurement research scanner)"
-SERVE_MODES = ("wfc", "iack", "iack-ping", "silent", "garbage", "close", "alert", "retry", "vn")
 
 
 class QuicackError(Exception):
@@ -58,53 +34,6 @@ class Vantage(StrEnum):
     SERVER = "server"
     NETWORK = "network"
     UNKNOWN = "unknown"
-
-
-class AckDelayEncoding(StrEnum):
-    """How a producer writes an ACK frame's ``ack_delay`` in qlog."""
-
-    MS = "ms"  # what the qlog schema says: milliseconds
-    US = "us"  # microseconds
-    RAW = "raw"  # the encoded ACK Delay field; decode with 2^ack_delay_exponent microseconds
-
-
-@dataclass(frozen=True)
-class TraceInfo:
-    """What a trace header tells us, after the producer's quirks are applied."""
-
-    trace_index: int
-    vantage: Vantage
-    flow: str | None
-    implementation: str
-    odcid: str | None
-    title: str | None
-    #: raw event time × time_scale_ms = milliseconds
-    time_scale_ms: float
-    #: 'relative' (to reference_time), 'delta' (to the previous event) or 'absolute' (epoch)
-    time_format: str
-    reference_epoch_ms: float | None
-    ack_delay_encoding: AckDelayEncoding
-    #: multiplier bringing logged RTT metrics to milliseconds (besides time_scale_ms)
-    metric_scale_ms: float
-    #: quic-go omits ack_delay when it is zero
-    missing_ack_delay_is_zero: bool
-    #: ('object',) or the indexes of (time, category, event, data, group_id) in array events
-    layout: tuple
-    #: network traces that log every packet alike (pcap2qlog 0.1: all PACKET_RX): tell the
-    #: sender by connection IDs instead of by event name
-    sender_from_cids: bool = False
-    #: the header names no vantage (quinn writes type "unknown"): take it from the connection's
-    #: first packet event if that is an Initial (sent → client, received → server)
-    vantage_from_first_packet: bool = False
-    #: a datagrams_received event precedes the packets of each received datagram (aioquic):
-    #: packets received after one such event share a datagram
-    rx_datagram_events_first: bool = False
-    #: latest_rtt 0 in metrics_updated without a min_rtt means "no RTT sample yet" (ngtcp2)
-    latest_rtt_zero_is_unset: bool = False
-    #: a server trace's per-event group_id is the client's initial source connection ID, not the
-    #: ODCID (quinn: ``orig_rem_cid``); a client trace's is the ODCID
-    server_group_id_is_client_scid: bool = False
-    quirks: tuple[str, ...] = ()
 
 
 @dataclass

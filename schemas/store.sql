@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS connections (
     duration_ms        DOUBLE,
     events             BIGINT NOT NULL,
     quirks             VARCHAR[] NOT NULL,
-    -- handshake classification (quicack/classify.py); times *_ms after the client's first Initial
+    -- handshake classification (quicack/core/classify.py); times *_ms after the client's first Initial
     handshake_class    VARCHAR,
     handshake_reason   VARCHAR,
     handshake_notes    VARCHAR[],
@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS connections (
     server_ack_delay_exponent INTEGER,
     server_min_ack_delay_ms DOUBLE,
     ack_frequency_supported BOOLEAN,
-    -- RFC 9002 replay (quicack/recovery.py), one row per sample in rtt_samples
+    -- RFC 9002 replay (quicack/core/recovery.py), one row per sample in rtt_samples
     replay_endpoint    VARCHAR,
     replay_samples     INTEGER,
     first_rtt_sample_ms DOUBLE,

@@ -20,7 +20,7 @@ def free_udp_port() -> int:
 
 def quicack(*args: str) -> list[str]:
     """The command line running this worktree's quicack (python -m puts REPO first)."""
-    return [sys.executable, "-m", "quicack.cli", *args]
+    return [sys.executable, "-m", "quicack", *args]
 
 
 def env() -> dict:

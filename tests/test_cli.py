@@ -116,7 +116,7 @@ def test_demo_shows_the_server_first_initial_from_both_sides(tmp_path, monkeypat
     assert " iack-ping," in lines["127.0.0.107:14433"] and "ack+ping" in lines["127.0.0.107:14433"]
     assert " iack_ping " in lines["127.0.0.107:14433"]
     assert " wfc  " in lines["127.0.0.101:14433"] and " wfc  " in lines["127.0.0.110:14433"]
-    # then the real QUIC peers, 3 probes each: their first ACK delays (tests/test_peers.py: 0 for
+    # then the real QUIC peers, 3 probes each: their first ACK delays (tests/lab/test_peers.py: 0 for
     # all but quinn in Initial packets, and only Caddy acknowledges in a Handshake packet)
     assert "scanning the real QUIC peers that are ready: caddy, ngtcp2, quic-go, quinn" in result.output
     rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()
@@ -170,7 +170,7 @@ def test_analyze_arguments_read_before_click():
     command line is parsed; anything else is left to click (None)."""
     from pathlib import Path
 
-    from quicack.cli import analyze_arguments
+    from quicack.__main__ import analyze_arguments
 
     assert analyze_arguments(["analyze", "-q", "--db", "x.duckdb", "c.pcapng", "d"]) == \
         (Path("c.pcapng"), None, ())
@@ -183,7 +183,7 @@ def test_analyze_arguments_read_before_click():
 
 
 def test_analyze_as_a_program_starts_tshark_before_parsing_and_keeps_it(tmp_path, tshark):
-    """`python -m quicack.cli analyze CAPTURE` starts tshark before click loads and ingests the
+    """`python -m quicack analyze CAPTURE` starts tshark before click loads and ingests the
     capture with that dissection; a usage error found later by click still exits 2."""
     import os
     import subprocess
@@ -192,10 +192,10 @@ def test_analyze_as_a_program_starts_tshark_before_parsing_and_keeps_it(tmp_path
 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     db = tmp_path / "q.duckdb"
-    ok = subprocess.run([sys.executable, "-m", "quicack.cli", "analyze", "-q", "--db", str(db), str(CAPTURE),
+    ok = subprocess.run([sys.executable, "-m", "quicack", "analyze", "-q", "--db", str(db), str(CAPTURE),
                          "--quic-port", "4433"], capture_output=True, text=True, env=env, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "connections: 1  packets: 11  events: 11" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "quicack.cli", "analyze", "--db", str(db), str(CAPTURE),
+    bad = subprocess.run([sys.executable, "-m", "quicack", "analyze", "--db", str(db), str(CAPTURE),
                           "--quic-port", "0"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "--quic-port" in bad.stderr

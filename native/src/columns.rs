@@ -1,13 +1,11 @@
-//! Column builders: rows as Arrow buffers, handed to Python as bytes.
+//! Column builders: rows as Arrow buffers.
 //!
 //! Theory of operation: each table a slice yields is built column by column in Arrow's memory
-//! layout (values, a validity bitmap, offsets for text and lists), then each buffer is copied
-//! once into a Python `bytes`; `quicack.native.table` wraps them with `pyarrow.Array.from_buffers`
-//! and DuckDB reads the Arrow table without another copy.  Text columns are Arrow `large_string`
-//! (64-bit offsets: an `other_events.data` of a slice may hold a long event).
-
-use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+//! layout (values, a validity bitmap, offsets for text and lists); `crate::output` then copies
+//! each buffer once into a Python `bytes`, `quicack.core.native.table` wraps them with
+//! `pyarrow.Array.from_buffers` and DuckDB reads the Arrow table without another copy.  Text
+//! columns are Arrow `large_string` (64-bit offsets: an `other_events.data` of a slice may hold a
+//! long event).  Pure: no Python here.
 
 /// A validity bitmap (bit set: a value, clear: NULL), as Arrow lays it out.
 #[derive(Default)]
@@ -31,17 +29,19 @@ impl Validity {
         self.len += 1;
     }
 
-    fn to_py<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
-        if self.nulls == 0 {
-            py.None().into_bound(py)
-        } else {
-            PyBytes::new(py, &self.bits).into_any()
-        }
+    /// The bitmap, or None when every value is valid (Arrow's "no validity buffer").
+    pub fn bitmap(&self) -> Option<&[u8]> {
+        (self.nulls != 0).then_some(&self.bits[..])
+    }
+
+    /// The bits as they are, also when none is clear (a BOOLEAN column's values).
+    pub fn bits(&self) -> &[u8] {
+        &self.bits
     }
 }
 
-fn bytes_of<T: Copy>(values: &[T]) -> &[u8] {
-    // (plain numbers: their in-memory bytes are Arrow's little-endian layout on this machine)
+/// The in-memory bytes of plain numbers: Arrow's little-endian layout on this machine.
+pub fn bytes_of<T: Copy>(values: &[T]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
 }
 
@@ -70,40 +70,6 @@ impl Column {
 
     pub fn is_empty(&self) -> bool {
         self.validity.len == 0
-    }
-
-    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let n = self.len();
-        let validity = self.validity.to_py(py);
-        let (tag, buffers): (&str, Vec<Bound<'py, PyAny>>) = match &self.data {
-            Data::I64(v) => ("int64", vec![PyBytes::new(py, bytes_of(v)).into_any()]),
-            Data::I32(v) => ("int32", vec![PyBytes::new(py, bytes_of(v)).into_any()]),
-            Data::F64(v) => ("float64", vec![PyBytes::new(py, bytes_of(v)).into_any()]),
-            Data::Bool(bits) => ("bool", vec![PyBytes::new(py, &bits.bits).into_any()]),
-            Data::Text { offsets, bytes } => (
-                "large_string",
-                vec![PyBytes::new(py, bytes_of(offsets)).into_any(), PyBytes::new(py, bytes).into_any()],
-            ),
-            Data::Ranges { outer, values, value_validity } => (
-                "ranges",
-                vec![
-                    PyBytes::new(py, bytes_of(outer)).into_any(),
-                    PyBytes::new(py, bytes_of(values)).into_any(),
-                    value_validity.to_py(py),
-                ],
-            ),
-            Data::Texts { outer, offsets, bytes } => (
-                "texts",
-                vec![
-                    PyBytes::new(py, bytes_of(outer)).into_any(),
-                    PyBytes::new(py, bytes_of(offsets)).into_any(),
-                    PyBytes::new(py, bytes).into_any(),
-                ],
-            ),
-        };
-        let buffers = PyList::new(py, buffers)?;
-        PyTuple::new(py, [self.name.into_pyobject(py)?.into_any(), tag.into_pyobject(py)?.into_any(),
-                          n.into_pyobject(py)?.into_any(), validity, buffers.into_any()])
     }
 }
 
@@ -245,10 +211,5 @@ impl Table {
 
     pub fn rows(&self) -> usize {
         self.columns.first().map_or(0, |c| c.len())
-    }
-
-    pub fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let columns: PyResult<Vec<_>> = self.columns.iter().map(|c| c.to_py(py)).collect();
-        PyList::new(py, columns?)
     }
 }

@@ -1,4 +1,4 @@
-//! Arrow columns handed in from Python (`quicack.native.column`): read in place.
+//! Arrow columns handed in from Python (`quicack.core.native.column`): read in place.
 //!
 //! A column comes as `(length, offset, validity, values)` — numbers as int64 or float64, or a
 //! bit-packed bool — or, for a list of int64, `(length, offset, validity, offsets, child)`; the

@@ -1,14 +1,17 @@
 //! quicack's native core (`quicack._native`): qlog events parsed and normalized into rows.
 //!
-//! Theory of operation: `quicack.reader` cuts a qlog file into slices of whole records and hands
-//! each slice's file to `stage`, which parses it (`json`) and takes each event's columns out
-//! (`event`) on a thread of its own, without Python's lock.  `Normalizer.add` then turns a staged
-//! slice into the rows of the store's tables (`normalize`), given what earlier slices left, and
-//! returns them as Arrow buffers (`columns`) that `quicack.native` wraps for DuckDB.  After the
-//! rows are stored, `Replayer` (`replayer`) replays RFC 9002 (`recovery`) for every connection
-//! from columns the store hands back (`input`).  Python keeps everything around this: sniffing
-//! formats, headers and producer quirks (`quicack.qlog`), cutting files, transactions, and the
-//! SQL that runs once per file.
+//! Theory of operation: `quicack.qlog.slicing` cuts a qlog file into slices of whole records and
+//! hands each slice's file to `stage`, which parses it (`json`) and takes each event's columns
+//! out (`event`) on a thread of its own, without Python's lock.  `Normalizer.add` then turns a
+//! staged slice into the rows of the store's tables (`normalize`), given what earlier slices
+//! left, built as Arrow buffers (`columns`) and handed over as `bytes` (`output`) that
+//! `quicack.core.native` wraps for DuckDB.  After the rows are stored, `Replayer` (`replayer`)
+//! replays RFC 9002 (`recovery`) for every connection from columns the store hands back
+//! (`input`).  Python keeps everything around this: sniffing formats, headers and producer
+//! quirks (`quicack.qlog`), cutting files, transactions, and the SQL that runs once per file.
+//!
+//! Only this file, `input`, `output` and `replayer` know Python (pyo3); `json`, `event`,
+//! `normalize`, `columns` and `recovery` are plain Rust, unit-tested by `cargo test` (`tests`).
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -20,8 +23,11 @@ pub mod event;
 mod input;
 pub mod json;
 pub mod normalize;
+mod output;
 pub mod recovery;
 mod replayer;
+#[cfg(test)]
+mod tests;
 
 use event::{Canon, Layout, Records, StageOptions};
 use normalize::{Encoding, TraceOptions};
@@ -214,7 +220,7 @@ impl Normalizer {
         let tables: PyResult<Vec<Bound<'py, PyTuple>>> = rows
             .tables
             .iter()
-            .map(|(name, table)| PyTuple::new(py, [name.into_pyobject(py)?.into_any(), table.to_py(py)?.into_any()]))
+            .map(|(name, table)| PyTuple::new(py, [name.into_pyobject(py)?.into_any(), output::table(py, table)?.into_any()]))
             .collect();
         PyList::new(py, tables?)
     }
@@ -222,12 +228,12 @@ impl Normalizer {
     /// Each connection's state (trace_index, group_key, connection_id, first_event, events,
     /// base_ms, first_ms, last_ms, vantage, flow, first_sent, odcid).
     fn conn_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        self.inner.conn_table().to_py(py)
+        output::table(py, &self.inner.conn_table())
     }
 
     /// Every parameters_set event so far.
     fn tp_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        self.inner.tp_table().to_py(py)
+        output::table(py, &self.inner.tp_table())
     }
 
 }

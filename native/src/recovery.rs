@@ -6,7 +6,7 @@
 //! packets it sent (`SentLog`, one per packet number space, sorted by packet number), and
 //! re-computes what RFC 9002 §5 and §6.2 (with erratum 7539: rttvar is updated before
 //! smoothed_rtt) say the endpoint should have estimated.  Each RTT sample becomes a `Sample`.
-//! Pure: no clock, no I/O; times are the trace's, in ms.  (`quicack.recovery` is its Python
+//! Pure: no clock, no I/O; times are the trace's, in ms.  (`quicack.core.recovery` is its Python
 //! face: the event types, and the same replay for a list of events.)
 //!
 //! One `Estimator` per connection (min_rtt, smoothed_rtt and rttvar belong to the path, not to a
@@ -280,6 +280,18 @@ pub struct Sample {
     pub flags: u8,
 }
 
+impl Sample {
+    /// The PTO period with its backoff, pto_ms · 2^pto_count (None when either is unknown): §6.2.1
+    /// "When a PTO timer expires, the PTO backoff MUST be increased, resulting in the PTO period
+    /// being set to twice its current value."
+    pub fn pto_backoff_ms(&self) -> Option<f64> {
+        match (self.pto_ms, self.pto_count) {
+            (Some(pto), Some(n)) => Some(pto * 2f64.powi(n)),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct Replay {
     /// samples taken (each handed to the caller as it is taken)
@@ -425,31 +437,4 @@ fn on_ack(time_ms: f64, space: u8, ranges: &[(i64, i64)], ack_delay_ms: Option<f
         handshake_confirmed: false,
         flags,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_sample_sets_the_estimate_and_the_pto() {
-        let mut est = Estimator::default();
-        assert_eq!(est.pto_ms(INITIAL, false, 0.0), Some(999.0));
-        est.update(100.0, 0.0, INITIAL, false, 25.0);
-        assert_eq!((est.smoothed_rtt_ms, est.rttvar_ms), (100.0, 50.0));
-        assert_eq!(est.pto_ms(INITIAL, false, 25.0), Some(300.0));
-        assert_eq!(est.pto_ms(APPLICATION, false, 25.0), None);
-        assert_eq!(est.pto_ms(APPLICATION, true, 25.0), Some(325.0));
-    }
-
-    #[test]
-    fn acknowledged_packets_leave_the_log_once() {
-        let mut log = SentLog::new(vec![0, 1, 2, 3], vec![0.0; 4], vec![true, false, true, true], vec![0, 1, 2, 3]);
-        assert_eq!(log.take_ranges(&[(1, 1)], 10), (true, false));
-        assert_eq!(log.take_ranges(&[(0, 2)], 10), (true, true));
-        assert_eq!(log.take_ranges(&[(0, 2)], 10), (false, false));
-        assert_eq!(log.lookup(3, 10), (true, Some(3)));
-        assert_eq!(log.lookup(3, 3), (true, None)); // sent after the ACK's position
-        assert_eq!(log.lookup(7, 10), (false, None));
-    }
 }

@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::columns::{bools, f64s, i32s, i64s, text_lists, texts, Table};
 use crate::input;
+use crate::output;
 use crate::recovery::{self, Event, SentLog};
 
 /// The RTT fields a metrics event logs: latest, min, smoothed, rttvar.
@@ -255,26 +256,61 @@ impl Replayer {
                 -> PyResult<(Bound<'py, PyList>, Vec<ReplayStats>)> {
         let views = std::mem::take(&mut self.views);
         let (table, stats) = py.detach(|| self.replay_all(&views, confirmation_discards_handshake));
-        Ok((table.to_py(py)?, stats))
+        Ok((output::table(py, &table)?, stats))
     }
+}
+
+/// The columns of `rtt_samples` the replay fills (the flags and the logged metrics follow).
+fn sample_table() -> Table {
+    Table::new(vec![
+        i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
+        i64s("largest_acknowledged"), f64s("latest_rtt_ms"), f64s("ack_delay_ms"), f64s("ack_delay_used_ms"),
+        f64s("adjusted_rtt_ms"), f64s("min_rtt_ms"), f64s("smoothed_rtt_ms"), f64s("rttvar_ms"), f64s("pto_ms"),
+        i32s("pto_count"), f64s("pto_backoff_ms"), bools("handshake_confirmed"),
+    ])
+}
+
+/// The columns of `rtt_samples` that set what the implementation logged beside each sample.
+fn logged_table() -> Table {
+    Table::new(vec![
+        i64s("logged_event_index"), f64s("logged_latest_rtt_ms"), f64s("logged_min_rtt_ms"),
+        f64s("logged_smoothed_rtt_ms"), f64s("logged_rttvar_ms"), f64s("latest_rtt_diff_ms"),
+        f64s("min_rtt_diff_ms"), f64s("smoothed_rtt_diff_ms"), f64s("rttvar_diff_ms"),
+    ])
+}
+
+/// One connection's stored events as the replay takes them (`ranges`: every ACK's, see `Ev`);
+/// `discards`: handshake confirmation discards the Handshake space too.
+fn replay_events<'r>(stored: &[Ev], ranges: &'r [(i64, i64)], discards: bool) -> Vec<Event<'r>> {
+    let mut evs: Vec<Event> = Vec::with_capacity(stored.len());
+    for e in stored {
+        match e.kind {
+            1 => evs.push(Event::Ack { time_ms: e.time_ms, space: e.space, ranges: &ranges[e.ranges.0..e.ranges.1],
+                                       ack_delay_ms: e.value, at: e.at }),
+            2 => evs.push(Event::Lost { space: e.space, packet_number: e.packet_number.unwrap_or(0), at: e.at }),
+            3 => evs.push(Event::PtoExpired),
+            4 => evs.push(Event::SpaceDiscarded { space: e.space, at: e.at }),
+            5 => {
+                evs.push(Event::HandshakeConfirmed);
+                if discards {
+                    evs.push(Event::SpaceDiscarded { space: recovery::HANDSHAKE, at: e.at });
+                }
+            }
+            6 => evs.push(Event::PeerMaxAckDelay { max_ack_delay_ms: e.value.unwrap_or(f64::NAN) }),
+            7 => evs.push(Event::RetryReceived { at: e.at }),
+            _ => {}
+        }
+    }
+    evs
 }
 
 impl Replayer {
     fn replay_all(&mut self, views: &[(i64, bool, bool, bool)], discards: bool) -> (Table, Vec<ReplayStats>) {
-        let mut table = Table::new(vec![
-            i64s("connection_id"), i64s("event_index"), f64s("time_ms"), texts("packet_number_space"),
-            i64s("largest_acknowledged"), f64s("latest_rtt_ms"), f64s("ack_delay_ms"), f64s("ack_delay_used_ms"),
-            f64s("adjusted_rtt_ms"), f64s("min_rtt_ms"), f64s("smoothed_rtt_ms"), f64s("rttvar_ms"), f64s("pto_ms"),
-            i32s("pto_count"), f64s("pto_backoff_ms"), bools("handshake_confirmed"),
-        ]);
+        let mut table = sample_table();
         let mut flags: Vec<u8> = Vec::new(); // per sample row: its flag bits (the column is built last)
         let mut stats = Vec::with_capacity(views.len());
         let ranges = std::mem::take(&mut self.ranges);
-        let mut logged = Table::new(vec![
-            i64s("logged_event_index"), f64s("logged_latest_rtt_ms"), f64s("logged_min_rtt_ms"),
-            f64s("logged_smoothed_rtt_ms"), f64s("logged_rttvar_ms"), f64s("latest_rtt_diff_ms"),
-            f64s("min_rtt_diff_ms"), f64s("smoothed_rtt_diff_ms"), f64s("rttvar_diff_ms"),
-        ]);
+        let mut logged = logged_table();
         for &(cid, is_client, pto_observable, metrics_before_packet) in views {
             let mut metrics = self.metrics.remove(&cid).unwrap_or_default();
             if let Some((_, _, _, pending)) = self.filling.remove(&cid) {
@@ -284,25 +320,7 @@ impl Replayer {
             let mut logs: [SentLog; 3] = self.sent.remove(&cid).unwrap_or_default()
                 .map(|(n, t, e, a)| SentLog::new(n, t, e, a).sorted());
             let stored = self.events.remove(&cid).unwrap_or_default();
-            let mut evs: Vec<Event> = Vec::with_capacity(stored.len());
-            for e in &stored {
-                match e.kind {
-                    1 => evs.push(Event::Ack { time_ms: e.time_ms, space: e.space, ranges: &ranges[e.ranges.0..e.ranges.1],
-                                               ack_delay_ms: e.value, at: e.at }),
-                    2 => evs.push(Event::Lost { space: e.space, packet_number: e.packet_number.unwrap_or(0), at: e.at }),
-                    3 => evs.push(Event::PtoExpired),
-                    4 => evs.push(Event::SpaceDiscarded { space: e.space, at: e.at }),
-                    5 => {
-                        evs.push(Event::HandshakeConfirmed);
-                        if discards {
-                            evs.push(Event::SpaceDiscarded { space: recovery::HANDSHAKE, at: e.at });
-                        }
-                    }
-                    6 => evs.push(Event::PeerMaxAckDelay { max_ack_delay_ms: e.value.unwrap_or(f64::NAN) }),
-                    7 => evs.push(Event::RetryReceived { at: e.at }),
-                    _ => {}
-                }
-            }
+            let evs = replay_events(&stored, &ranges, discards);
             let first_row = table.rows();
             let mut emit = |s: &recovery::Sample| {
                 let c = &mut table.columns;
@@ -320,10 +338,7 @@ impl Replayer {
                 c[11].f64(Some(s.rttvar_ms));
                 c[12].f64(s.pto_ms);
                 c[13].i32(s.pto_count);
-                c[14].f64(match (s.pto_ms, s.pto_count) {
-                    (Some(pto), Some(n)) => Some(pto * 2f64.powi(n)),
-                    _ => None,
-                });
+                c[14].f64(s.pto_backoff_ms());
                 c[15].bool(Some(s.handshake_confirmed));
                 flags.push(s.flags);
                 let found = logged_after(&metrics, &received, s.event_index, metrics_before_packet);

@@ -186,19 +186,8 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
 
     server_initials = [p for p in attempt if p.sender == "server" and p.packet_type == "initial"]
     client_initials = [p for p in attempt if p.sender == "client" and p.packet_type == "initial"]
-    second_hello = _second_clienthello(attempt) if crypto_logged else None
-    if second_hello is not None:
-        notes.append("after_hello_retry_request")
-        ack, sh, client_initials = _round_after(attempt, second_hello)
-    else:
-        ack = next((p for p in server_initials if p.has("ack")), None)
-        if crypto_logged:
-            sh = next((p for p in server_initials if _carries_server_hello(p)), None)
-        else:
-            sh = next((p for p in server_initials
-                       if p.size_bytes is not None and p.size_bytes >= SERVER_HELLO_MIN_BYTES), None)
-            if sh is not None:
-                notes.append("server_hello_by_size")
+    ack, sh, client_initials = _ack_and_server_hello(attempt, server_initials, client_initials,
+                                                     crypto_logged, notes)
 
     ch_packets = _clienthello_packets(client_initials, before=sh)
     partial = _partial_clienthello(ch_packets, ack)
@@ -232,6 +221,33 @@ def classify(packets: Sequence[Packet], *, close: Close | None = None,
         notes.append(f"visible_packets_say_{klass}")
         klass, reason = UNKNOWN, GSO_SUPERFRAMES
 
+    return _handshake(klass, reason, notes, packets, attempt, client_initials, ch_packets, ack, sh)
+
+
+def _ack_and_server_hello(attempt: list[Packet], server_initials: list[Packet], client_initials: list[Packet],
+                          crypto_logged: bool, notes: list[str]):
+    """(first server Initial with an ACK, the one with the ServerHello, the client's Initials of
+    the round they answer): after a HelloRetryRequest, the round of the second ClientHello;
+    without logged CRYPTO frames, the ServerHello is told by its packet's size."""
+    second_hello = _second_clienthello(attempt) if crypto_logged else None
+    if second_hello is not None:
+        notes.append("after_hello_retry_request")
+        return _round_after(attempt, second_hello)
+    ack = next((p for p in server_initials if p.has("ack")), None)
+    if crypto_logged:
+        sh = next((p for p in server_initials if _carries_server_hello(p)), None)
+    else:
+        sh = next((p for p in server_initials
+                   if p.size_bytes is not None and p.size_bytes >= SERVER_HELLO_MIN_BYTES), None)
+        if sh is not None:
+            notes.append("server_hello_by_size")
+    return ack, sh, client_initials
+
+
+def _handshake(klass: str, reason: str, notes: list[str], packets: list[Packet], attempt: list[Packet],
+               client_initials: list[Packet], ch_packets: list[Packet], ack: Packet | None,
+               sh: Packet | None) -> Handshake:
+    """The classification with the figures read off the packets it was made from."""
     t0 = next((p.time_ms for p in packets if p.sender == "client" and p.packet_type == "initial"), None)
     first_ack = ack.first("ack") if ack is not None else None
     first_initial = client_initials[0].packet_number if client_initials else None

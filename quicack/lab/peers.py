@@ -489,7 +489,8 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     go to ``workdir/<run>/``: ``peer/`` (the peer's certificate, files, qlog and log), ``scan/``
     (the scanner's qlog and key log) and ``scan.pcapng``."""
     from quicack.store import ingest
-    from quicack.scan import run as scan_mod
+    from quicack.scan import scanner
+    from quicack.scan.options import ScanOptions
 
     progress = progress or (lambda message: None)
     p = peer(name)
@@ -504,12 +505,12 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     pcap.parent.mkdir(parents=True, exist_ok=True)
     with start(p.name, base / run_name / "peer", progress=progress, env=env) as running:
         progress(f"{p.name} listening on UDP {running.port}; scanning {domain} × {repetitions}")
-        opts = scan_mod.ScanOptions(list_path=str(list_path), db=str(db), run=run_name,
-                                    out_dir=str(base / run_name / "scan"), repetitions=repetitions,
-                                    spacing_s=spacing_s, path=path,
-                                    resolve={domain: (running.host, running.port)},
-                                    allow_private=True, pcap=str(pcap))
-        summary = scan_mod.scan(opts)
+        opts = ScanOptions(list_path=str(list_path), db=str(db), run=run_name,
+                           out_dir=str(base / run_name / "scan"), repetitions=repetitions,
+                           spacing_s=spacing_s, path=path,
+                           resolve={domain: (running.host, running.port)},
+                           allow_private=True, pcap=str(pcap))
+        summary = scanner.scan(opts)
     server_qlogs = running.qlog_files()  # after stop: flushed
     keylog = Path(summary.out_dir) / "sslkeylog.txt"
     progress(f"ingesting the capture and {len(server_qlogs)} server qlog file(s)")
@@ -519,3 +520,8 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
     failures = [f"{f.path}: {f.error}" for f in done.files if f.status == "refused"]
     return PeerScan(p.name, summary.run, summary.run_id, summary.outcomes, pcap, keylog, server_qlogs,
                     [*summary.ingest_failures, *failures])
+
+
+def workdir_for(db: str | Path) -> Path:
+    """Where peer scans keep their files: DB-scans/peers next to the store (like scan runs)."""
+    return Path(db).resolve().parent / f"{Path(db).stem}-scans" / "peers"

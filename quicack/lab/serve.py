@@ -70,7 +70,7 @@ from quicack.lab import certificate
 from quicack.core import recovery
 from quicack.scan import rxtime
 from quicack.scan import targets
-from quicack.model import SERVE_MODES as MODES  # ACK behaviours a listener can have (module docstring)
+from quicack.lab.modes import SERVE_MODES as MODES  # ACK behaviours a listener can have (module docstring)
 from quicack.model import QuicackError
 
 

@@ -22,20 +22,15 @@ import time
 from pathlib import Path
 
 from quicack.model import QuicackError
+from quicack.pcap import tshark
 
 MARKER = b"quicack capture marker"
 
 
 def tshark_version() -> str | None:
-    exe = shutil.which("tshark")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    first = out.splitlines()[0] if out else ""
-    return first.removeprefix("TShark (Wireshark) ").strip() or None
+    """The version of the tshark that will read the capture (None without one): asked of
+    :func:`quicack.pcap.tshark.installed_version`, since only that module runs tshark."""
+    return tshark.installed_version()
 
 
 def bpf_filter(ports: set[int], marker_port: int) -> str:

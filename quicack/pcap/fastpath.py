@@ -1,14 +1,14 @@
 """The fast path of capture staging: tshark's rows to datagram, packet and frame rows, in Arrow.
 
 Theory of operation: nearly every datagram of a transfer holds one QUIC packet whose per-frame
-fields (``quicack.pcap.tshark.FRAME_FIELDS``: ACK, CRYPTO, STREAM, …) hold one value each, so a field's
-value belongs to the one frame of its family and no list needs cutting.  :func:`split` turns
-such rows of a batch into the rows of ``c_dgram``, ``c_tp``, ``c_pkt`` and ``c_frame``
-(:mod:`quicack.pcap.staging`) with vectorized Arrow compute — a few milliseconds a batch, where the
-SQL of the general path costs DuckDB ~40 ms of planning and set-up a batch whatever its size —
-and hands back the other UDP rows (several QUIC packets, a field repeated, a number that does
-not parse) for the general path, which gives the same rows for any datagram (tests hold the two
-to that).  Each table has exactly the columns of its temporary table, ACK ranges and frame
+fields (``quicack.pcap.fields.FRAME_FIELDS``: ACK, CRYPTO, STREAM, …) hold one value each, so a
+field's value belongs to the one frame of its family and no list needs cutting.  :func:`split`
+turns such rows of a batch into the rows of ``c_dgram``, ``c_tp``, ``c_pkt`` and ``c_frame``
+(:mod:`quicack.pcap.staging`) with vectorized Arrow compute — a few milliseconds a batch, where
+the SQL of the general path (:mod:`quicack.pcap.generalpath`) costs DuckDB tens of milliseconds
+of planning and set-up a batch whatever its size — and hands back the other UDP rows (several
+QUIC packets, a field repeated, a number that does not parse) for the general path, which gives
+the same rows for any datagram (tests hold the two to that).  Each table has exactly the columns of its temporary table, ACK ranges and frame
 details (JSON text) included, so it goes in with a plain ``INSERT … SELECT *`` (a statement
 with lambdas costs DuckDB milliseconds of planning per batch).  A value is taken from a field
 with one ``take`` (NULL index: no value); ``if_else`` on taken values, lists above all, is
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quicack.pcap.staging import (FAMILIES, FRAME_NAMES, FRAME_VALUES, LONG_TYPES_V1, LONG_TYPES_V2, MAX_SINGLE_DATAGRAM_PAYLOAD, NOT_ELICITING, PLAIN_FRAME_TYPES)
-from quicack.pcap.tshark import FRAME_FIELDS, PARAMETER_FIELDS, column
+from quicack.pcap.fields import (FAMILIES, FRAME_FIELDS, FRAME_NAMES, FRAME_VALUES, LONG_TYPES_V1, LONG_TYPES_V2,
+                                 MAX_SINGLE_DATAGRAM_PAYLOAD, NOT_ELICITING, PARAMETER_FIELDS, PLAIN_FRAME_TYPES,
+                                 column)
 
 #: The fields of an ACK frame's further ranges (RFC 9000 §19.3.1): one value per range, so an
 #: ACK frame (one per packet on the fast path) may list several.
@@ -43,7 +44,7 @@ class Rows:
 
 def udp(batch: pa.Table) -> pa.Array:
     """The rows of tshark's columns that quicack reads: UDP datagrams, not inside an ICMP error
-    (``quicack.pcap.staging._UDP`` in SQL)."""
+    (``quicack.pcap.generalpath._UDP`` in SQL)."""
     return pc.and_(pc.is_valid(batch["udp_srcport"]),
                    pc.and_(pc.is_null(batch["icmp_type"]), pc.is_null(batch["icmpv6_type"])))
 
@@ -76,7 +77,7 @@ def number_packets(batch: pa.Table, first: int) -> tuple[pa.Table, int]:
     counting from ``first`` the QUIC packets of the rows before it (one per ``quic.header_form``
     value: each QUIC packet has one); and the count after the batch.  A datagram's packets are
     its ``event_index`` values from there on, whichever path stages it and whenever (the position
-    of a datagram whose packets cannot be cut is skipped: quicack.pcap.staging numbers them again)."""
+    of a datagram whose packets cannot be cut is skipped: quicack.pcap.normalize numbers them again)."""
     header_form = batch["quic_header_form"]
     # "0,1,1": (length + 1) // 2 values, as the general path counts them
     packets = pc.if_else(udp(batch), pc.fill_null(pc.divide(pc.add(pc.cast(pc.utf8_length(header_form), _I64), 1), 2), 0),
@@ -89,7 +90,7 @@ def number_packets(batch: pa.Table, first: int) -> tuple[pa.Table, int]:
 
 def _where(table: pa.Table, mask: pa.Array) -> pa.Table:
     """The rows of ``table`` where ``mask`` is true, in one chunk (no copy when the mask takes all
-    or none: filtering tshark's ~60 text columns costs ~15 ms per 40k rows)."""
+    or none: filtering tshark's many text columns is not free)."""
     taken = pc.sum(pc.cast(mask, _I64), min_count=0).as_py()
     if taken == len(table):
         return table if all(c.num_chunks == 1 for c in table.columns) else table.combine_chunks()
@@ -118,32 +119,53 @@ def _odd_ranges(rows: pa.Table) -> pa.Array:
     return odd
 
 
+@dataclass
+class _Packet:
+    """What a fast-path row's one QUIC packet is, which its packet, frame and datagram rows share."""
+    frame_number: pa.Array
+    header_form: pa.Array
+    quic: pa.Array  # a QUIC packet (a header) in the datagram
+    version: pa.Array
+    packet_type: pa.Array
+    types: pa.ListArray  # its frame types
+    type_value: pa.Array  # the frame types flattened (one per frame)
+    frame_count: pa.Array
+    undecrypted: pa.Array
+
+
 def _rows(table: pa.Table) -> Rows:
-    n = len(table)
     rows = {name: _one_chunk(table.column(name)) for name in table.column_names}
-    frame_number = pc.cast(rows["frame_number"], _I64)
+    packet = _packet(rows)
+    values = {f: pc.cast(rows[column(f)], pa.float64() if f == "quic.af.request_max_ack_delay" else _I64)
+              for f in FRAME_FIELDS if f not in _RANGE_FIELDS}
+    values.update({f: _ranges(table, f) for f in _RANGE_FIELDS})
+    return Rows(_datagrams(rows, packet, values), _parameters(rows, packet.frame_number),
+                _packets(rows, packet), _frames(packet, values), table.slice(0, 0))
+
+
+def _packet(rows: dict) -> _Packet:
     header_form = pc.cast(rows["quic_header_form"], _I32)
-    quic = pc.is_valid(header_form)
-    version_text = rows["quic_version"]
-    version = _version(version_text)
+    version = _version(rows["quic_version"])
     packet_type = _packet_type(header_form, version, pc.cast(rows["quic_long_packet_type"], _I32),
                                pc.cast(rows["quic_long_packet_type_v2"], _I32))
     types = pc.cast(pc.split_pattern(rows["quic_frame_type"], ","), pa.list_(_I64))
     frame_count = pc.cast(pc.fill_null(pc.list_value_length(types), 0), _I32)
     undecrypted = _true(pc.and_(pc.equal(frame_count, 0),
                                 pc.invert(pc.is_in(packet_type, pa.array(["retry", "version_negotiation"])))))
-    v = {f: pc.cast(rows[column(f)], pa.float64() if f == "quic.af.request_max_ack_delay" else _I64)
-         for f in FRAME_FIELDS if f not in _RANGE_FIELDS}
-    v.update({f: _ranges(table, f) for f in _RANGE_FIELDS})
+    return _Packet(pc.cast(rows["frame_number"], _I64), header_form, pc.is_valid(header_form), version,
+                   packet_type, types, pc.list_flatten(types), frame_count, undecrypted)
 
-    # Frames: one row per frame type listed, the values of its family's fields.
+
+def _frames(packet: _Packet, v: dict[str, pa.Array]) -> pa.Table:
+    """One row per frame type listed, the values of its family's fields (``v``: per field, its
+    value in each row)."""
+    types, type_value = packet.types, packet.type_value
     parents = pc.list_parent_indices(types)
-    type_value = pc.list_flatten(types)
     starts = pc.subtract(types.offsets, types.offsets[0])
     position = pc.cast(pc.subtract(_arange(len(type_value)), starts.take(parents)), _I32)
     family = {name: pc.is_in(type_value, pa.array(ts, _I64)) for name, ts in FAMILIES.items()}
     # Per family, each frame's datagram (NULL for a frame not of the family): one take gives a
-    # field's values (if_else on the taken values is several times slower, on lists ~30×).
+    # field's values (if_else on the taken values is several times slower, on lists far more).
     parent_in = {name: pc.if_else(mask, parents, pa.scalar(None, parents.type)) for name, mask in family.items()}
 
     def at(field: str, name: str) -> pa.Array:
@@ -154,10 +176,10 @@ def _rows(table: pa.Table) -> Rows:
         if name == "offset_bytes":
             values.append(pc.if_else(family["stream"], pa.scalar(0, _I64), pa.scalar(None, _I64)))
         return values[0] if len(values) == 1 else pc.coalesce(*values)
-    frames = pa.table({
-        "frame_number": frame_number.take(parents),
+    return pa.table({
+        "frame_number": packet.frame_number.take(parents),
         "idx": pa.repeat(pa.scalar(1, _I64), len(type_value)),
-        "packet_type": packet_type.take(parents),
+        "packet_type": packet.packet_type.take(parents),
         "position": position,
         "frame_type": _frame_names(type_value),
         **{name: first(name) for name in ("largest", "ack_delay_raw")},
@@ -172,26 +194,35 @@ def _rows(table: pa.Table) -> Rows:
                             at("quic.cc.error_code.app", "cc_app")),
     })
 
-    # Packets: one per datagram with a QUIC header.
-    eliciting = pc.greater(_count(types, pc.invert(pc.is_in(type_value, pa.array(NOT_ELICITING, _I64)))), 0)
-    packets = pa.table({
-        "frame_number": frame_number, "idx": pa.repeat(pa.scalar(1, _I64), n), "packet_type": packet_type,
-        "header_form": header_form, "size_bytes": pc.cast(rows["quic_packet_length"], _I32),
-        "version": version, "version_text": version_text, "dcid": rows["quic_dcid"],
+
+def _packets(rows: dict, packet: _Packet) -> pa.Table:
+    """One row per datagram with a QUIC header."""
+    n = len(packet.frame_number)
+    eliciting = pc.greater(_count(packet.types, pc.invert(pc.is_in(packet.type_value,
+                                                                    pa.array(NOT_ELICITING, _I64)))), 0)
+    return pa.table({
+        "frame_number": packet.frame_number, "idx": pa.repeat(pa.scalar(1, _I64), n),
+        "packet_type": packet.packet_type, "header_form": packet.header_form,
+        "size_bytes": pc.cast(rows["quic_packet_length"], _I32),
+        "version": packet.version, "version_text": rows["quic_version"], "dcid": rows["quic_dcid"],
         "packet_number": pc.cast(rows["quic_packet_number"], _I64),
         "decryption_failed": pc.is_valid(rows["quic_decryption_failed"]),
-        "frame_count": frame_count, "undecrypted": undecrypted,
-        "eliciting": pc.if_else(pc.equal(frame_count, 0), pa.scalar(None, _BOOL), eliciting),
+        "frame_count": packet.frame_count, "undecrypted": packet.undecrypted,
+        "eliciting": pc.if_else(pc.equal(packet.frame_count, 0), pa.scalar(None, _BOOL), eliciting),
         "event_index": rows["quicack_event"] if "quicack_event" in rows else pa.nulls(n, _I64),
-    }).filter(quic)
+    }).filter(packet.quic)
 
-    # Datagrams: what each tells about who is client and server, GSO, transport parameters.
+
+def _datagrams(rows: dict, packet: _Packet, v: dict[str, pa.Array]) -> pa.Table:
+    """One row per datagram: what each tells about who is client and server, GSO."""
+    n = len(packet.frame_number)
+    quic, packet_type, undecrypted = packet.quic, packet.packet_type, packet.undecrypted
     tls_types = pc.split_pattern(rows["tls_handshake_type"], ",")
     udp_payload = pc.subtract(pc.cast(_last(rows["udp_length"]), _I32), pa.scalar(8, _I32))
     initial = _true(pc.equal(packet_type, "initial"))
-    crypto = pc.greater(_count(types, pc.equal(type_value, 6)), 0)
-    datagrams = {
-        "frame_number": frame_number,
+    crypto = pc.greater(_count(packet.types, pc.equal(packet.type_value, 6)), 0)
+    return pa.table({
+        "frame_number": packet.frame_number,
         "epoch_ns": _epoch_ns(rows["frame_time_epoch"]),
         "src_ep": _endpoint(rows, "src"), "dst_ep": _endpoint(rows, "dst"),
         "src_port": pc.cast(_last(rows["udp_srcport"]), _I32),
@@ -210,12 +241,15 @@ def _rows(table: pa.Table) -> Rows:
         "parsed": pc.cast(quic, _I32),
         "decrypted": pc.cast(pc.and_(quic, pc.invert(undecrypted)), _I32),
         "malformed": pc.is_valid(rows["_ws_malformed"]),
-    }
+    })
+
+
+def _parameters(rows: dict, frame_number: pa.Array) -> pa.Table:
+    """One row per datagram carrying transport parameters."""
     with_parameters = pc.indices_nonzero(_any_valid([rows[column(f)] for f in PARAMETER_FIELDS.values()]))
-    parameters = pa.table({"frame_number": frame_number.take(with_parameters),
-                           **{f"tp_{name}": _first(rows[column(f)].take(with_parameters))
-                              for name, f in PARAMETER_FIELDS.items()}})
-    return Rows(pa.table(datagrams), parameters, packets, frames, table.slice(0, 0))
+    return pa.table({"frame_number": frame_number.take(with_parameters),
+                     **{f"tp_{name}": _first(rows[column(f)].take(with_parameters))
+                        for name, f in PARAMETER_FIELDS.items()}})
 
 
 def _any_valid(arrays: list[pa.Array]) -> pa.Array:
@@ -271,7 +305,7 @@ def _ack_ranges(is_ack: pa.Array, largest: pa.Array, first_range: pa.Array, coun
 
 def _details(type_value: pa.Array, error_code: pa.Array, trigger_frame_type: pa.Array,
              app_error_code: pa.Array) -> pa.Array:
-    """A frame's details as the general path's SQL writes them (quicack.pcap.staging._details):
+    """A frame's details as the general path's SQL writes them (quicack.pcap.generalpath._details):
     NULL for frames with columns of their own, else a JSON object with the frame type
     (CONNECTION_CLOSE: its error space and codes)."""
     def text(values: pa.Array) -> pa.Array:
@@ -358,7 +392,7 @@ def _version(text: pa.Array) -> pa.Array:
 
 
 def _packet_type(header_form, version, long_type, long_type_v2) -> pa.Array:
-    """quicack.pcap.staging's packet type: 1RTT, version_negotiation, the long header types, unknown."""
+    """quicack.pcap.generalpath's packet type: 1RTT, version_negotiation, the long header types, unknown."""
     def named(codes, names: dict[int, str]) -> pa.Array:
         table = pa.array([names.get(i) for i in range(4)], _STR)
         inside = _true(pc.and_(pc.greater_equal(codes, 0), pc.less(codes, 4)))

@@ -1,35 +1,32 @@
-"""Reading packet captures through tshark into DuckDB: the I/O edge of the pcap path.
+"""Running tshark: the one module of quicack that starts it.
 
 Theory of operation: tshark (Wireshark's dissector, Debian package ``tshark``) decrypts and
 dissects the capture once and streams ``-T fields`` rows — one row per captured frame, every
-field's occurrences joined by commas — through a pipe.  A thread empties the pipe; each MB or
-so of rows is parsed by pyarrow's CSV reader (C++) and handed as an Arrow table to
-:class:`quicack.pcap.staging.Staging` (Arrow compute for nearly every datagram, DuckDB for the rest)
-while tshark goes on dissecting.  No per-packet Python runs.  A user waits for the start-up too:
-``quicack analyze`` starts tshark (:class:`Dissection`), whose dissectors take a few tenths of
-a second to load, before it loads DuckDB and opens the store.
+field's occurrences joined by commas (the fields: :mod:`quicack.pcap.fields`) — through a pipe.
+A thread empties the pipe; each MB or so of rows is parsed by pyarrow's CSV reader (C++) into
+an Arrow table (:func:`parse`) that :mod:`quicack.pcap.staging` stages while tshark goes on
+dissecting.  No per-packet Python runs.  A user waits for the start-up too: ``quicack analyze``
+starts tshark (:class:`Dissection`), whose dissectors take a few tenths of a second to load,
+before it loads DuckDB and opens the store.  This module imports neither (light on purpose).
 
 ``-T fields`` flattens the QUIC packets coalesced in one UDP datagram: the frame types of an
 Initial, a Handshake and a 1-RTT packet come out as one list.  A small Lua tap (generated below),
 called by tshark only for datagrams with more than one QUIC packet (its filter), walks their
 protocol tree and writes to a side file, per QUIC packet, how many occurrences of each per-packet
-field it holds (``frame number<TAB>c1.c2…;c1.c2…``); :mod:`quicack.pcap.staging` cuts the lists with
-those counts, as soon as a line is written (the tap flushes it).  The usual one-packet datagram
-never reaches Lua, so it costs nothing.
+field it holds (``frame number<TAB>c1.c2…;c1.c2…``); :mod:`quicack.pcap.generalpath` cuts the
+lists with those counts, as soon as a line is written (the tap flushes it).  The usual one-packet
+datagram never reaches Lua, so it costs nothing.  The tap also reports tshark's version, which
+spares a ``tshark --version`` run.
 
-Secrets: ``--keylog FILE``; else a key log beside the capture (``<name>.keys``, ``<name>.keylog``,
-``keys.log``, ``sslkeylog``, ``sslkeylog.log``, ``sslkeylogfile``, or the only ``*.keys`` of the
-folder); a pcapng Decryption Secrets Block is used by tshark by itself.  Initial packets decrypt
-without any secret (their keys derive from the client's first destination connection ID).
-
-HTTP/3 dissection is switched off: quicack needs QUIC frames, and tshark's HTTP/3 stream
-reassembly made a 40 MB transfer 25× slower (34 s instead of 1.4 s for 39k packets).
+The secrets go in as ``-o tls.keylog_file:…`` (the key log: :mod:`quicack.pcap.source`); a
+pcapng Decryption Secrets Block is used by tshark by itself.  HTTP/3 dissection is switched off:
+quicack needs QUIC frames, and tshark's HTTP/3 stream reassembly slows a large transfer's
+dissection many times over.  Besides the dissection, tshark runs here to tell its version and to
+read the first UDP payloads of a capture in which it found no QUIC (:func:`udp_payload_heads`).
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import io
 import os
 import re
@@ -39,78 +36,18 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicack.model import QuicackError
+from quicack.pcap.fields import ALL_FIELDS, PACKET_FIELDS, column
+from quicack.pcap.source import find_keylog
 
 #: Environment variable naming the tshark binary (default: ``tshark`` on PATH).
 TSHARK_ENV = "QUICACK_TSHARK"
 MIN_TSHARK = (3, 6)
 
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
-_MAGIC = {b"\xa1\xb2\xc3\xd4": "pcap", b"\xd4\xc3\xb2\xa1": "pcap", b"\xa1\xb2\x3c\x4d": "pcap",
-          b"\x4d\x3c\xb2\xa1": "pcap", b"\x0a\x0d\x0d\x0a": "pcapng"}
-KEYLOG_NAMES = ("keys.log", "sslkeylog", "sslkeylog.log", "sslkeylogfile", "sslkeylogfile.txt",
-                "keylog.txt")
-
-#: Fields that occur once per QUIC packet at most: the Lua layout counts them per packet (each
-#: packet is its own ``quic`` protocol item in tshark's tree; the fields follow it).
-PACKET_FIELDS = (
-    "quic.packet_length", "quic.version", "quic.long.packet_type", "quic.long.packet_type_v2",
-    "quic.dcid", "quic.scid", "quic.packet_number", "quic.decryption_failed", "quic.frame_type",
-    "tls.handshake.type",
-)
-
-#: Fields that occur once per QUIC frame of a given type (or of an ACK's ranges), in frame order.
-FRAME_FIELDS = (
-    "quic.ack.largest_acknowledged", "quic.ack.ack_delay", "quic.ack.ack_range_count",
-    "quic.ack.first_ack_range", "quic.ack.gap", "quic.ack.ack_range", "quic.ack.ect0_count",
-    "quic.ack.ect1_count", "quic.ack.ecn_ce_count", "quic.crypto.offset", "quic.crypto.length",
-    "quic.stream.stream_id", "quic.stream.offset", "quic.stream.length", "quic.padding_length",
-    "quic.nci.sequence", "quic.rci.sequence", "quic.af.sequence_number",
-    "quic.af.ack_eliciting_threshold", "quic.af.request_max_ack_delay", "quic.cc.error_code",
-    "quic.cc.error_code.app", "quic.cc.frame_type",
-)
-
-#: Transport parameters (TLS extension quic_transport_parameters), once per ClientHello /
-#: EncryptedExtensions.  Column name → tshark field.
-PARAMETER_FIELDS = {
-    "max_ack_delay": "tls.quic.parameter.max_ack_delay",
-    "ack_delay_exponent": "tls.quic.parameter.ack_delay_exponent",
-    "min_ack_delay": "tls.quic.parameter.min_ack_delay",
-    "initial_max_data": "tls.quic.parameter.initial_max_data",
-    "max_udp_payload_size": "tls.quic.parameter.max_udp_payload_size",
-    "max_idle_timeout": "tls.quic.parameter.max_idle_timeout",
-    "active_connection_id_limit": "tls.quic.parameter.active_connection_id_limit",
-    "initial_max_stream_data_bidi_local": "tls.quic.parameter.initial_max_stream_data_bidi_local",
-    "initial_max_stream_data_bidi_remote": "tls.quic.parameter.initial_max_stream_data_bidi_remote",
-    "initial_max_stream_data_uni": "tls.quic.parameter.initial_max_stream_data_uni",
-    "initial_max_streams_bidi": "tls.quic.parameter.initial_max_streams_bidi",
-    "initial_max_streams_uni": "tls.quic.parameter.initial_max_streams_uni",
-    "max_datagram_frame_size": "tls.quic.parameter.max_datagram_frame_size",
-    "original_destination_connection_id": "tls.quic.parameter.original_destination_connection_id",
-    "initial_source_connection_id": "tls.quic.parameter.initial_source_connection_id",
-}
-
-#: Per-frame (captured frame = one datagram) fields, then the lists above.  Column names in
-#: ``dg`` are the field names with dots replaced by underscores.
-DATAGRAM_FIELDS = (
-    "frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst",
-    "udp.srcport", "udp.dstport", "udp.length", "icmp.type", "icmpv6.type",
-    "quic.connection.number", "quic.header_form", "tls.handshake.extensions_server_name",
-    "_ws.malformed",
-)
-
-ALL_FIELDS = DATAGRAM_FIELDS + PACKET_FIELDS + FRAME_FIELDS + tuple(PARAMETER_FIELDS.values())
-
-
-def column(field_name: str) -> str:
-    return field_name.replace(".", "_")
-
-
 _LUA = """-- quicack: per-QUIC-packet field counts for datagrams holding several QUIC packets.
--- Generated by quicack/pcap.py; the field list must match PACKET_FIELDS there.
+-- Generated by quicack/pcap/tshark.py; the field list is PACKET_FIELDS of quicack/pcap/fields.py.
 -- Every QUIC packet is its own "quic" protocol item in the tree; its fields follow it.
 -- A "quic" item without a header (padding after the last packet) is not a packet.
 io.stderr:write("quicack-tshark-version " .. get_version() .. "\\n")
@@ -144,45 +81,15 @@ end
 function tap.draw() out:flush() end
 """
 
+_VERSION_MARK = "quicack-tshark-version "
+
 
 def lua_script(layout_file: Path | str = "/dev/null") -> str:
     """The Lua tap writing the per-packet field counts of multi-packet datagrams to ``layout_file``."""
     return _LUA % {"names": ", ".join(f'"{n}"' for n in PACKET_FIELDS), "out": str(layout_file)}
 
 
-# --- finding things ---------------------------------------------------------------------------
-
-def capture_format(path: Path) -> str | None:
-    """'pcap' or 'pcapng' (also gzip-compressed) by magic number; None if not a capture."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                head = g.read(4)
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return None
-    return _MAGIC.get(head)
-
-
-def is_capture(path: Path) -> bool:
-    return capture_format(path) is not None or path.name.lower().endswith(CAPTURE_SUFFIXES)
-
-
-def find_keylog(path: Path) -> Path | None:
-    """The TLS key log lying beside a capture, if there is one (see the module docstring)."""
-    folder = path.parent
-    stem = path.name
-    for suffix in (".gz", ".pcapng", ".pcap", ".cap"):
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)]
-    for name in (f"{stem}.keys", f"{stem}.keylog", f"{stem}.keys.log", *KEYLOG_NAMES):
-        candidate = folder / name
-        if candidate.is_file():
-            return candidate
-    others = sorted(folder.glob("*.keys"))
-    return others[0] if len(others) == 1 else None
-
+# --- the binary and its version -----------------------------------------------------------------
 
 _versions: dict[str, str] = {}
 
@@ -198,7 +105,7 @@ def tshark_binary() -> str:
 
 def tshark_version(binary: str) -> str:
     """The version tshark reports (``tshark --version``), cached per binary.  Ingest reads it
-    from the Lua script instead (one tshark start less, ~0.3 s)."""
+    from the Lua script instead (one tshark start less)."""
     if binary not in _versions:
         try:
             out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout
@@ -214,64 +121,31 @@ def tshark_version(binary: str) -> str:
     return _versions[binary]
 
 
-# --- staging ---------------------------------------------------------------------------------
-
-@dataclass
-class StagedCapture:
-    path: str
-    format: str  # 'pcap' or 'pcapng'
-    tshark_version: str
-    secrets: str  # 'keylog', 'dsb', 'keylog+dsb' or 'none'
-    keylog: str | None
-    keylog_sha256: str | None
-    decode_as_ports: list[int]
-    frames: int = 0  # captured frames (rows tshark wrote)
-    warnings: list[str] = field(default_factory=list)
-    events: int = 0  # QUIC packets stored (set by quicack.pcap.staging.normalize)
-    qlog_version: str | None = None  # for the files row: captures have none
+def dissector_version(reported: str | None, binary: str, path: str) -> str:
+    """The version of the tshark that dissected ``path``: as its Lua tap ``reported`` it, else
+    as ``tshark --version`` says; QuicackError if it is older than MIN_TSHARK."""
+    version = reported or tshark_version(binary)
+    if tuple(int(x) for x in version.split(".")[:2]) < MIN_TSHARK:
+        raise QuicackError(f"tshark {version} is too old: quicack needs tshark ≥ "
+                           f"{'.'.join(map(str, MIN_TSHARK))} (QUIC v1/v2 field names)", path)
+    return version
 
 
-def secrets_fingerprint(path: Path, keylog: Path | None) -> str | None:
-    """SHA-256 of the key log that would decrypt ``path`` (None when there is none)."""
-    keylog = keylog or find_keylog(path)
-    if keylog is None:
+def installed_version() -> str | None:
+    """The version line of the ``tshark`` on PATH (``4.0.17 (Git v4.0.17 …)``), None without
+    one: what a scan records beside the capture dumpcap wrote."""
+    exe = shutil.which("tshark")
+    if exe is None:
         return None
     try:
-        with open(keylog, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    except OSError:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
         return None
+    first = out.splitlines()[0] if out else ""
+    return first.removeprefix("TShark (Wireshark) ").strip() or None
 
 
-def _has_dsb(path: Path) -> bool:
-    """Whether a pcapng holds a Decryption Secrets Block (type 0x0000000A) before its packets."""
-    try:
-        with open(path, "rb") as raw:
-            compressed = raw.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as f:
-            head = f.read(12)
-            if head[:4] != b"\x0a\x0d\x0d\x0a":
-                return False
-            order = "little" if head[8:12] == b"\x4d\x3c\x2b\x1a" else "big"
-            f.seek(0)
-            for _ in range(64):  # secrets come before the packets that need them
-                header = f.read(8)
-                if len(header) < 8:
-                    return False
-                block_type = int.from_bytes(header[:4], order)
-                length = int.from_bytes(header[4:], order)
-                if block_type == 0x0000000A:
-                    return True
-                if block_type in (3, 6) or length < 12:  # packets started
-                    return False
-                f.seek(length - 8, 1)
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return False
-    return False
-
-
-_VERSION_MARK = "quicack-tshark-version "
-
+# --- the dissection -------------------------------------------------------------------------------
 
 def _command(binary: str, path: Path, keylog: Path | None, ports: list[int], lua: str) -> list[str]:
     cmd = [binary, "-r", str(path), "-n", "-X", f"lua_script:{lua}", "--disable-protocol", "http3",
@@ -286,31 +160,6 @@ def _command(binary: str, path: Path, keylog: Path | None, ports: list[int], lua
     return cmd
 
 
-def udp_payload_heads(path: Path, limit: int = 2000) -> list[bytes]:
-    """The first five bytes of the UDP payloads in the first ``limit`` frames of a capture
-    (tshark's ``udp.payload``), for telling why none of them was read as QUIC."""
-    try:
-        out = subprocess.run([tshark_binary(), "-r", str(path), "-n", "-c", str(limit), "-Y", "udp",
-                              "-T", "fields", "-e", "udp.payload"],
-                             capture_output=True, text=True, timeout=120).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    heads = []
-    for line in out.splitlines():
-        try:
-            heads.append(bytes.fromhex(line.split(",")[0][:10]))
-        except ValueError:
-            continue
-    return heads
-
-
-def _tshark_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines()
-             if ln.strip() and "Running as user" not in ln and "dangerous" not in ln
-             and not ln.startswith(_VERSION_MARK)]
-    return " ".join(lines)[:400]
-
-
 #: Rows are staged as soon as this many bytes of them (≈ 6k frames) have arrived, or more if
 #: more came while the previous batch was staged: few batches (each costs a few milliseconds
 #: whatever its size), and a small one left when tshark ends — the only one not overlapped with
@@ -320,9 +169,9 @@ MIN_BATCH_BYTES = 1 << 20
 #: Pipe buffer asked for tshark's output (Linux F_SETPIPE_SZ): fewer wake-ups of the reader.
 _PIPE_BYTES = 1 << 20
 
-#: After a small read the pump waits this long for tshark to write more (or end): ~50 KB at
-#: tshark's ~3 MB/s, far below the pipe's size, in ~4× fewer reads than after 5 ms (the pump's
-#: CPU for 40k packets: ~50-90 → ~30 ms).
+#: After a small read the pump waits this long for tshark to write more (or end): at tshark's
+#: pace far less than fills the pipe, and fewer, larger reads than a shorter wait gives (less
+#: CPU for the pump).
 PUMP_WAIT_S = 0.02
 
 
@@ -338,7 +187,8 @@ def resolve(path: Path, keylog: Path | str | None = None,
 
 
 class Dissection:
-    """One tshark run over a capture, started when made; :func:`stage` reads its rows.
+    """One tshark run over a capture, started when made; :mod:`quicack.pcap.staging` reads its
+    rows (:meth:`blocks`, :func:`parse`) and then its :meth:`outcome`.
 
     Made early (``quicack analyze`` starts tshark before it loads DuckDB, so tshark's own
     start-up overlaps quicack's), a dissection that turns out not to be needed (the capture was
@@ -376,7 +226,7 @@ class Dissection:
             t.start()
 
     def matches(self, path: Path, keylog: Path | str | None, quic_ports) -> bool:
-        """Whether this dissection is the one :func:`stage` would start for these arguments."""
+        """Whether this dissection is the one staging would start for these arguments."""
         try:
             _, wanted_keylog, ports = resolve(Path(path), keylog, quic_ports)
         except QuicackError:
@@ -435,6 +285,28 @@ class Dissection:
             t.join()
         return returncode, b"".join(self._stderr).decode(errors="replace")
 
+    def outcome(self, frames: int) -> tuple[str | None, list[str]]:
+        """(tshark version as the Lua tap reported it, warnings) once tshark has ended, having
+        written ``frames`` rows; QuicackError if it failed."""
+        returncode, stderr = self.wait()
+        version = next((ln[len(_VERSION_MARK):].strip() for ln in stderr.splitlines()
+                        if ln.startswith(_VERSION_MARK)), None)
+        message = _tshark_error(stderr)
+        warnings = []
+        if returncode != 0:
+            if frames and ("cut short" in message or "truncated" in message.lower()):
+                warnings.append(f"{self.path}: {message}; kept every complete frame before it")
+            elif "aren't valid" in message:
+                raise QuicackError(f"tshark does not know fields quicack reads (tshark ≥ "
+                                   f"{'.'.join(map(str, MIN_TSHARK))} needed): {message}", str(self.path))
+            else:
+                raise QuicackError(f"tshark cannot read the capture: {message or 'exit status ' + str(returncode)}",
+                                   str(self.path))
+        if version is None:
+            warnings.append(f"{self.path}: tshark ran no Lua script (Lua disabled?): datagrams holding several "
+                            "QUIC packets cannot be split and are left out")
+        return version, warnings
+
     def close(self) -> None:
         """Stop tshark if it still runs and remove its files (again: nothing)."""
         if self._closed:
@@ -464,8 +336,16 @@ def _exit_notice(pid: int) -> int | None:
         return None
 
 
-def _parse(block: bytes, bad_rows: list[int]):
-    """tshark's TSV (no quoting, empty = missing) as an Arrow table of text columns."""
+def _tshark_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines()
+             if ln.strip() and "Running as user" not in ln and "dangerous" not in ln
+             and not ln.startswith(_VERSION_MARK)]
+    return " ".join(lines)[:400]
+
+
+def parse(block: bytes, bad_rows: list[int]):
+    """A block of tshark's TSV (no quoting, empty = missing) as an Arrow table of text columns;
+    the numbers of rows that cannot be read are appended to ``bad_rows`` (the rows skipped)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -484,90 +364,21 @@ def _parse(block: bytes, bad_rows: list[int]):
                                              strings_can_be_null=True))
 
 
-def _run(con, dissection: Dissection) -> tuple[int, str | None, list[str], int]:
-    """Stage every block of tshark's rows (:class:`quicack.pcap.staging.Staging`) while tshark still
-    dissects, then what waited for tshark's end.  Return (frames, tshark version, warnings, UDP
-    datagrams without QUIC); raise QuicackError if the capture cannot be read."""
-    import pyarrow as pa
+# --- a capture without QUIC -------------------------------------------------------------------------
 
-    from quicack.pcap import staging as capture
-
-    path = dissection.path
-    frames = 0
-    bad_rows: list[int] = []
-    staging = capture.Staging(con, dissection.layout_file)
+def udp_payload_heads(path: Path, limit: int = 2000) -> list[bytes]:
+    """The first five bytes of the UDP payloads in the first ``limit`` frames of a capture
+    (tshark's ``udp.payload``), for telling why none of them was read as QUIC."""
     try:
-        for block in dissection.blocks(staging.idle):
-            table = _parse(block, bad_rows)
-            frames += table.num_rows
-            staging.add(table)
-    except pa.ArrowInvalid as e:
-        dissection.close()
-        raise QuicackError(f"unreadable tshark output: {e}", str(path)) from None
-    version, warnings = _outcome(path, frames, *dissection.wait())
-    staging.finish()  # tshark has ended: its layout file is complete
-    if bad_rows:
-        warnings.append(f"{path}: {len(bad_rows)} rows of tshark output unreadable and skipped")
-    return frames, version, warnings, staging.not_quic
-
-
-def _outcome(path: Path, frames: int, returncode: int, stderr: str) -> tuple[str | None, list[str]]:
-    """(tshark version, warnings) of an ended tshark run; QuicackError if it failed."""
-    version = next((ln[len(_VERSION_MARK):].strip() for ln in stderr.splitlines()
-                    if ln.startswith(_VERSION_MARK)), None)
-    message = _tshark_error(stderr)
-    warnings = []
-    if returncode != 0:
-        if frames and ("cut short" in message or "truncated" in message.lower()):
-            warnings.append(f"{path}: {message}; kept every complete frame before it")
-        elif "aren't valid" in message:
-            raise QuicackError(f"tshark does not know fields quicack reads (tshark ≥ "
-                               f"{'.'.join(map(str, MIN_TSHARK))} needed): {message}", str(path))
-        else:
-            raise QuicackError(f"tshark cannot read the capture: {message or 'exit status ' + str(returncode)}",
-                               str(path))
-    if version is None:
-        warnings.append(f"{path}: tshark ran no Lua script (Lua disabled?): datagrams holding several "
-                        "QUIC packets cannot be split and are left out")
-    return version, warnings
-
-
-def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | tuple[int, ...] = (),
-          dissection: Dissection | None = None) -> StagedCapture:
-    """Dissect ``path`` with tshark (or take the running ``dissection`` of it, which this closes);
-    :class:`quicack.pcap.staging.Staging` turns each batch of rows into per-datagram, per-packet
-    and per-frame temporary tables while tshark runs (this thread, DuckDB on one thread; tshark
-    on the other core).  Raise QuicackError if the capture is unreadable."""
-    from quicack.pcap import staging as capture
-    from quicack.store import settings
-
-    name = str(path)
-    try:
-        fmt = capture_format(path)
-        if fmt is None:
-            raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
-        if dissection is None or not dissection.matches(path, keylog, quic_ports):
-            if dissection is not None:
-                dissection.close()
-            dissection = Dissection(path, keylog, quic_ports)
-        keylog, ports = dissection.keylog, dissection.ports
-        with settings.changed(con, threads=1):
-            frames, version, warnings, not_quic = _run(con, dissection)
-            # (only UDP that tshark did not take for QUIC can be QUIC it missed)
-            forced = sorted(set(capture.ports_to_force(con)) - set(ports)) if not_quic else []
-            if forced:  # tshark's heuristics missed QUIC on these ports: decode them as QUIC
-                dissection.close()
-                dissection = Dissection(path, keylog, sorted(set(ports) | set(forced)))
-                ports = dissection.ports
-                frames, version, warnings, _ = _run(con, dissection)
-    finally:
-        if dissection is not None:
-            dissection.close()
-    version = version or tshark_version(dissection.binary)
-    if tuple(int(x) for x in version.split(".")[:2]) < MIN_TSHARK:
-        raise QuicackError(f"tshark {version} is too old: quicack needs tshark ≥ "
-                           f"{'.'.join(map(str, MIN_TSHARK))} (QUIC v1/v2 field names)", name)
-    dsb = fmt == "pcapng" and _has_dsb(path)
-    secrets = "+".join(s for s, present in (("keylog", keylog is not None), ("dsb", dsb)) if present) or "none"
-    return StagedCapture(name, fmt, version, secrets, str(keylog) if keylog else None,
-                         secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+        out = subprocess.run([tshark_binary(), "-r", str(path), "-n", "-c", str(limit), "-Y", "udp",
+                              "-T", "fields", "-e", "udp.payload"],
+                             capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    heads = []
+    for line in out.splitlines():
+        try:
+            heads.append(bytes.fromhex(line.split(",")[0][:10]))
+        except ValueError:
+            continue
+    return heads

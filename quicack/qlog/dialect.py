@@ -3,7 +3,7 @@
 Theory of operation: a qlog file is a header plus events.  Everything that differs between
 generations and producers — where the time, name and data of an event sit, the time unit, what
 the reference time is, how ``ack_delay`` is scaled — is decided here, once per trace, from the
-header alone, and returned as a :class:`~quicack.model.TraceInfo`.  The events themselves are
+header alone, and returned as a :class:`TraceInfo`.  The events themselves are
 never touched in Python: the native core (``native/``, through ``quicack.qlog.normalize``) turns them
 into rows using these per-trace constants (KNOWLEDGE §8: a per-event Python loop cannot keep up).
 
@@ -21,10 +21,60 @@ main-schema ≥10    ``file_schema`` URN, struct ``reference_time``, ``quic:`` e
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from quicack.model import AckDelayEncoding, QuicackError, TraceInfo, Vantage
+from quicack.model import QuicackError, Vantage
+
+
+class AckDelayEncoding(StrEnum):
+    """How a producer writes an ACK frame's ``ack_delay`` in qlog."""
+
+    MS = "ms"  # what the qlog schema says: milliseconds
+    US = "us"  # microseconds
+    RAW = "raw"  # the encoded ACK Delay field; decode with 2^ack_delay_exponent microseconds
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What a trace header tells us, after the producer's quirks are applied."""
+
+    trace_index: int
+    vantage: Vantage
+    flow: str | None
+    implementation: str
+    odcid: str | None
+    title: str | None
+    #: raw event time × time_scale_ms = milliseconds
+    time_scale_ms: float
+    #: 'relative' (to reference_time), 'delta' (to the previous event) or 'absolute' (epoch)
+    time_format: str
+    reference_epoch_ms: float | None
+    ack_delay_encoding: AckDelayEncoding
+    #: multiplier bringing logged RTT metrics to milliseconds (besides time_scale_ms)
+    metric_scale_ms: float
+    #: quic-go omits ack_delay when it is zero
+    missing_ack_delay_is_zero: bool
+    #: ('object',) or the indexes of (time, category, event, data, group_id) in array events
+    layout: tuple
+    #: network traces that log every packet alike (pcap2qlog 0.1: all PACKET_RX): tell the
+    #: sender by connection IDs instead of by event name
+    sender_from_cids: bool = False
+    #: the header names no vantage (quinn writes type "unknown"): take it from the connection's
+    #: first packet event if that is an Initial (sent → client, received → server)
+    vantage_from_first_packet: bool = False
+    #: a datagrams_received event precedes the packets of each received datagram (aioquic):
+    #: packets received after one such event share a datagram
+    rx_datagram_events_first: bool = False
+    #: latest_rtt 0 in metrics_updated without a min_rtt means "no RTT sample yet" (ngtcp2)
+    latest_rtt_zero_is_unset: bool = False
+    #: a server trace's per-event group_id is the client's initial source connection ID, not the
+    #: ODCID (quinn: ``orig_rem_cid``); a client trace's is the ODCID
+    server_group_id_is_client_scid: bool = False
+    quirks: tuple[str, ...] = ()
+
 
 # Producer names recognised in a trace header (vantage point name, title, description, code
 # version), most specific first.
@@ -34,7 +84,7 @@ KNOWN_PRODUCERS = (
 )
 
 #: Per-producer quirks: name → (what it does, how the reader compensates).  Each has a test in
-#: tests/test_qlog_quirks.py.
+#: tests/qlog/test_qlog_quirks.py.
 QUIRKS: dict[str, dict[str, Any]] = {
     # picoquic logs the encoded ACK Delay field (checked on picoquic's own reference trace: an
     # ACK sent 1594 µs after its largest acknowledged packet arrived says ack_delay 199 = 1592/8).
@@ -172,26 +222,9 @@ def _layout(fields: list[str], where: str) -> tuple[tuple, str]:
 def describe_trace(header: dict, trace: dict, index: int, first_time: float | None = None) -> TraceInfo:
     """Decide how to read one trace.  ``first_time`` is the first event's raw time, if known."""
     generation(header)  # refuses what is not qlog
-    common = member(trace, "common_fields")
-    config = member(trace, "configuration")
     vantage_point = trace.get("vantage_point") or header.get("vantage_point") or {}
-    quirks: list[str] = []
-
-    if isinstance(vantage_point, dict):
-        vtype = str(vantage_point.get("type") or "unknown").lower()
-        flow = _text(vantage_point.get("flow"))
-    else:
-        vtype, flow = "unknown", None
-    if "vantagepoint" in trace:  # 0.1
-        vtype = str(trace["vantagepoint"]).lower()
-    vantage = Vantage(vtype) if vtype in Vantage._value2member_map_ else Vantage.UNKNOWN
-    sender_from_cids = False
-    if "vantagepoint" in trace and vantage is Vantage.NETWORK:
-        # pcap2qlog 0.1 logs every packet of both sides as PACKET_RX: the sender is told by the
-        # connection IDs (the client's first Initial names its source CID).
-        sender_from_cids = True
-        flow = "client"
-        quirks.append("sender_from_connection_ids")
+    quirks: list[str] = []  # in the order the decisions below are taken
+    vantage, flow, sender_from_cids = _vantage(trace, vantage_point, quirks)
 
     fields = event_fields(trace)
     if fields is not None and not isinstance(fields, list):
@@ -201,7 +234,67 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         layout, time_format = _layout(fields, f"trace {index}")
     else:
         layout, time_format = ("object",), "relative"
+    time_scale_ms, time_format, reference_epoch_ms = _clock(trace, time_format, first_time, quirks)
 
+    # quinn 0.11 writes vantage_point type "unknown" (its qlog stream is per endpoint config).
+    vantage_from_first_packet = vantage is Vantage.UNKNOWN
+    if vantage_from_first_packet:
+        quirks.append("vantage_from_first_packet")
+
+    implementation, quirk = _producer_quirks(header, trace, vantage_point, quirks)
+    # (not qlog 0.1's root "connectionid": pcap2qlog wrote the client's source CID there; the
+    # normalizer takes the destination CID of the client's first Initial)
+    common = member(trace, "common_fields")
+    odcid = common.get("ODCID") or common.get("odcid") or common.get("group_id")
+    return TraceInfo(
+        trace_index=index,
+        vantage=vantage,
+        flow=flow,
+        implementation=implementation,
+        odcid=_text(odcid),
+        title=_text(trace.get("title") or header.get("title")),
+        time_scale_ms=time_scale_ms,
+        time_format=time_format,
+        reference_epoch_ms=reference_epoch_ms,
+        ack_delay_encoding=quirk.get("ack_delay_encoding", AckDelayEncoding.MS),
+        metric_scale_ms=quirk.get("metric_scale_ms", 1.0),
+        missing_ack_delay_is_zero=quirk.get("missing_ack_delay_is_zero", False),
+        layout=layout,
+        sender_from_cids=sender_from_cids,
+        vantage_from_first_packet=vantage_from_first_packet,
+        rx_datagram_events_first=quirk.get("rx_datagram_events_first", False),
+        latest_rtt_zero_is_unset=quirk.get("latest_rtt_zero_is_unset", False),
+        server_group_id_is_client_scid=quirk.get("server_group_id_is_client_scid", False),
+        quirks=tuple(quirks),
+    )
+
+
+def _vantage(trace: dict, vantage_point: Any, quirks: list[str]) -> tuple[Vantage, str | None, bool]:
+    """The trace's vantage point, its flow, and whether packets' senders are told by their
+    connection IDs."""
+    if isinstance(vantage_point, dict):
+        vtype = str(vantage_point.get("type") or "unknown").lower()
+        flow = _text(vantage_point.get("flow"))
+    else:
+        vtype, flow = "unknown", None
+    if "vantagepoint" in trace:  # 0.1
+        vtype = str(trace["vantagepoint"]).lower()
+    vantage = Vantage(vtype) if vtype in Vantage._value2member_map_ else Vantage.UNKNOWN
+    if "vantagepoint" in trace and vantage is Vantage.NETWORK:
+        # pcap2qlog 0.1 logs every packet of both sides as PACKET_RX: the sender is told by the
+        # connection IDs (the client's first Initial names its source CID).
+        quirks.append("sender_from_connection_ids")
+        return vantage, "client", True
+    return vantage, flow, False
+
+
+def _clock(trace: dict, time_format: str, first_time: float | None,
+           quirks: list[str]) -> tuple[float, str, float | None]:
+    """How the trace's event times read: (raw time × this = ms, 'relative', 'delta' or
+    'absolute', the reference time in epoch ms or None); ``time_format`` is what the event
+    layout implies."""
+    common = member(trace, "common_fields")
+    config = member(trace, "configuration")
     units = str(config.get("time_units") or common.get("time_units") or "ms").lower()
     time_scale_ms = {"ms": 1.0, "us": 0.001, "ns": 1e-6, "s": 1000.0}.get(units, 1.0)
 
@@ -237,12 +330,12 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         # as in main-schema's relative_to_previous_event example (epoch 1970-01-01T00:00:00Z).
         reference_epoch_ms = 0.0
         quirks.append("delta_times_from_epoch")
+    return time_scale_ms, time_format, reference_epoch_ms
 
-    # quinn 0.11 writes vantage_point type "unknown" (its qlog stream is per endpoint config).
-    vantage_from_first_packet = vantage is Vantage.UNKNOWN
-    if vantage_from_first_packet:
-        quirks.append("vantage_from_first_packet")
 
+def _producer_quirks(header: dict, trace: dict, vantage_point: Any,
+                     quirks: list[str]) -> tuple[str, dict[str, Any]]:
+    """The trace's producer and the quirks of it that apply (:data:`QUIRKS`)."""
     implementation = _implementation(header, trace)
     exported = is_quicack_export(header, trace)
     if exported and isinstance(vantage_point, dict) and vantage_point.get("name"):
@@ -255,30 +348,7 @@ def describe_trace(header: dict, trace: dict, index: int, first_time: float | No
         quirks.append("quicack_export")
     if quirk:
         quirks.append(f"{implementation}:" + ",".join(sorted(quirk)))
-    # (not qlog 0.1's root "connectionid": pcap2qlog wrote the client's source CID there; the
-    # normalizer takes the destination CID of the client's first Initial)
-    odcid = common.get("ODCID") or common.get("odcid") or common.get("group_id")
-    return TraceInfo(
-        trace_index=index,
-        vantage=vantage,
-        flow=flow,
-        implementation=implementation,
-        odcid=_text(odcid),
-        title=_text(trace.get("title") or header.get("title")),
-        time_scale_ms=time_scale_ms,
-        time_format=time_format,
-        reference_epoch_ms=reference_epoch_ms,
-        ack_delay_encoding=quirk.get("ack_delay_encoding", AckDelayEncoding.MS),
-        metric_scale_ms=quirk.get("metric_scale_ms", 1.0),
-        missing_ack_delay_is_zero=quirk.get("missing_ack_delay_is_zero", False),
-        layout=layout,
-        sender_from_cids=sender_from_cids,
-        vantage_from_first_packet=vantage_from_first_packet,
-        rx_datagram_events_first=quirk.get("rx_datagram_events_first", False),
-        latest_rtt_zero_is_unset=quirk.get("latest_rtt_zero_is_unset", False),
-        server_group_id_is_client_scid=quirk.get("server_group_id_is_client_scid", False),
-        quirks=tuple(quirks),
-    )
+    return implementation, quirk
 
 
 def traces_of(header: dict) -> list[dict]:

@@ -28,12 +28,13 @@ import pyarrow as pa
 
 from quicack.core import native
 from quicack.core.ackdelay import exponent_sql
-from quicack.model import QuicackError, TraceInfo
+from quicack.model import QuicackError
+from quicack.qlog.dialect import TraceInfo
 from quicack.store.rows import insert as insert_rows
 
 
 def slice_key(t: TraceInfo) -> tuple | None:
-    """What staging (:func:`quicack.qlog.reader.stage`) and normalizing a trace's events depend on
+    """What staging (:func:`quicack.qlog.slicing.stage`) and normalizing a trace's events depend on
     besides the events: whole traces with equal keys may share a slice, so a file of many small
     traces (a scan's batch of probes) costs a dozen statements, not a dozen per trace.  None:
     the trace never shares one (delta times carry a running sum per trace).  Whatever of
@@ -65,7 +66,7 @@ class Normalizer:
 
     def rows(self, trace_index: int, ev: native.Staged,
              traces: tuple[tuple[int, int], ...] = ()) -> list[tuple[str, pa.Table]]:
-        """The rows of one staged slice, table by table: ``ev``, from :func:`quicack.qlog.reader.stage`
+        """The rows of one staged slice, table by table: ``ev``, from :func:`quicack.qlog.slicing.stage`
         (events of trace ``trace_index``, in file order; or of several whole traces alike in
         :func:`slice_key`, ``traces`` naming them with their event counts).  Slices come in file
         order; the store is not touched (this may run in the thread that stages slices)."""
@@ -111,6 +112,16 @@ class Normalizer:
 
     def finish(self) -> None:
         """Write transport_parameters and connections; repair what slices could not know."""
+        self._state_tables()
+        self._repair_slices()
+        self._insert_transport_parameters()
+        self._decode_raw_ack_delays()
+        self._insert_connections()
+        self.drop()
+
+    def _state_tables(self) -> None:
+        """The per-connection state the native normalizer kept (``conn``), every parameters_set
+        (``tp_ev``) and the traces' headers (``tr``), as temporary tables."""
         con = self.con
         conn_rows = native.table(self._native.conn_table())  # noqa: F841 - read by DuckDB
         con.execute("CREATE OR REPLACE TEMP TABLE conn AS SELECT * FROM conn_rows")
@@ -129,6 +140,10 @@ class Normalizer:
              t.reference_epoch_ms, t.ack_delay_encoding.value, list(t.quirks), t.server_group_id_is_client_scid)
             for t in self.traces])
 
+    def _repair_slices(self) -> None:
+        """What a slice could not know when its rows were made: a later slice's earlier time base,
+        a later first packet_sent."""
+        con = self.con
         # A later slice held an event earlier than the time base: shift that connection's rows so
         # time_ms counts from its earliest event.
         shifted = con.execute("SELECT count(*) FROM conn WHERE first_ms < base_ms").fetchall()[0][0]
@@ -146,7 +161,9 @@ class Normalizer:
                   AND logged_metrics.connection_id = c.connection_id AND logged_metrics.event_index < c.first_sent
                   AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
 
-        con.execute(f"""INSERT INTO transport_parameters
+    def _insert_transport_parameters(self) -> None:
+        """One row per connection and owner: each parameter's last logged value."""
+        self.con.execute(f"""INSERT INTO transport_parameters
             SELECT tp.connection_id, owner,
                    CASE WHEN owner = 'local' THEN any_value({_local_side("c.vantage", "c.flow")})
                         ELSE any_value({_peer_side("c.vantage", "c.flow")}) END,
@@ -163,10 +180,11 @@ class Normalizer:
             FROM tp_ev tp JOIN conn c USING (connection_id)
             GROUP BY tp.connection_id, owner""")
 
-        # Raw ACK Delay fields decoded in an earlier slice than the sender's last parameters_set:
-        # decode again with the exponent that holds for the whole file.
+    def _decode_raw_ack_delays(self) -> None:
+        """Raw ACK Delay fields decoded in an earlier slice than the sender's last parameters_set:
+        decoded again with the exponent that holds for the whole file."""
         if any(self.slices.get(t.trace_index, 0) > 1 and t.ack_delay_encoding.value == "raw" for t in self.traces):
-            con.execute(f"""UPDATE frames SET ack_delay_ms = frames.ack_delay_raw * pow(2, x.exponent) / 1000.0
+            self.con.execute(f"""UPDATE frames SET ack_delay_ms = frames.ack_delay_raw * pow(2, x.exponent) / 1000.0
                 FROM (SELECT f.connection_id, f.event_index, f.position,
                              {exponent_sql("tp.ack_delay_exponent", "p.packet_type")} AS exponent
                       FROM frames f JOIN packets p USING (connection_id, event_index)
@@ -179,9 +197,10 @@ class Normalizer:
                   AND frames.position = x.position
                   AND frames.ack_delay_ms IS DISTINCT FROM frames.ack_delay_raw * pow(2, x.exponent) / 1000.0""")
 
-        # The connection row last: its ODCID may come from the events (a client's first Initial is
-        # sent to the ODCID; a server logs original_destination_connection_id).
-        con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
+    def _insert_connections(self) -> None:
+        """The connection rows, last: an ODCID may come from the events (a client's first Initial
+        is sent to the ODCID; a server logs original_destination_connection_id)."""
+        self.con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
                 flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
                 events, quirks)
             SELECT c.connection_id, {self.file_id}, c.trace_index, nullif(c.group_key, ''), c.vantage,
@@ -193,7 +212,6 @@ class Normalizer:
                    CASE WHEN tr.time_format = 'absolute' THEN c.first_ms ELSE tr.reference_epoch_ms + c.first_ms END,
                    c.last_ms - c.first_ms, c.events, tr.quirks
             FROM conn c JOIN tr USING (trace_index) ORDER BY c.connection_id""")
-        self.drop()
 
     def drop(self) -> None:
         for table in ("conn", "tp_ev", "tr"):

@@ -19,7 +19,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
-from quicack.core import ackpolicy
+from quicack.report import ackpolicy
 from quicack.report import peers as peerviews
 from quicack.report import scans as scanreport
 from quicack.report.page import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc

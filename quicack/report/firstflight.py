@@ -44,3 +44,20 @@ def per_server(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict]:
         GROUP BY ALL ORDER BY server""", {"run": run_id}).fetchall()
     names = ("server", "probes", "first_frames", "handshake_class", "gap_ms", "first_ack_ms")
     return [dict(zip(names, r)) for r in rows]
+
+
+#: The server's Initial packets of the traces shipped with the demo, as each side logged them.
+SHIPPED_HANDSHAKE = """
+    SELECT c.vantage, p.direction, p.packet_type, p.packet_number, p.time_ms,
+           string_agg(f.frame_type, '+' ORDER BY f.position) AS frames
+    FROM packets p JOIN connections c USING (connection_id)
+    JOIN frames f USING (connection_id, event_index)
+    WHERE p.sender = 'server' AND p.packet_type = 'initial' AND c.file_id IN
+          (SELECT file_id FROM files WHERE path LIKE '%client.qlog' OR path LIKE '%server.qlog')
+    GROUP BY ALL ORDER BY c.vantage, p.time_ms LIMIT 4"""
+
+
+def shipped_handshake(con: duckdb.DuckDBPyConnection) -> list[dict]:
+    """The first server Initial packets of the demo's client and server qlogs, each side's view."""
+    relation = con.sql(SHIPPED_HANDSHAKE)
+    return [dict(zip(relation.columns, row)) for row in relation.fetchall()]

@@ -14,8 +14,9 @@ import tomllib
 from dataclasses import fields
 from pathlib import Path
 
-from quicack.scan import targets
 from quicack.model import QuicackError
+from quicack.scan import targets
+from quicack.scan.options import ScanOptions, parse_shard
 
 PATH_KEYS = ("list", "hosts_file", "exclude_file", "out_dir", "pcap", "db")
 TIMEOUT_KEYS = {"first_response_s": "first_response_timeout_s", "handshake_s": "handshake_timeout_s",
@@ -45,8 +46,6 @@ def scanners_dir() -> Path:
 
 def load(path: str | Path) -> dict:
     """The campaign as ``ScanOptions`` keyword arguments (``list`` becomes ``list_path``)."""
-    from quicack.scan.run import ScanOptions
-
     path = Path(path)
     doc = read_toml(path)
     known = {f.name for f in fields(ScanOptions)}
@@ -65,7 +64,6 @@ def load(path: str | Path) -> dict:
                                        str(path))
                 out[TIMEOUT_KEYS[name]] = float(seconds)
         elif key == "shard":
-            from quicack.scan.run import parse_shard
             out["shard"] = parse_shard(value)
         elif key in known and key != "list_path":
             out[key] = value

@@ -1,81 +1,48 @@
 """One probe: a QUIC v1 handshake with ALPN h3 and an HTTP/3 GET, recorded as data.
 
-Theory of operation: aioquic's sans-I/O ``QuicConnection`` is driven by a small loop of our own
-instead of aioquic's asyncio protocol, so that each datagram enters the connection with the time
-the *kernel* received it.  The probe's connected UDP socket has ``SO_TIMESTAMPNS``; every
-datagram is read with ``recvmsg`` and its ``SCM_TIMESTAMPNS`` (CLOCK_REALTIME) both feeds
-aioquic's clock (mapped onto the event loop's monotonic clock) and stamps the qlog events the
-datagram causes.  An event loop busy with 200 other probes therefore delays the *processing* of
-a datagram but not its recorded arrival; the delay itself is kept as ``loop_lag_ms``.
-
-The connection is a subclass of aioquic's with the scanner's choices:
-
-- one X25519 key share (aioquic offers four: P-256, P-384, X25519, X448 — four key generations
-  per probe and a larger ClientHello), so the default ClientHello fits one Initial packet;
-  ``split_clienthello = N`` adds a TLS padding extension (RFC 7685) that spreads it over N;
-- the client source connection ID and the original destination connection ID carry the probe's
-  tag (:mod:`quicack.core.cidtag`), so a capture of the scan joins back to each target;
-- the peer's ack_delay_exponent is applied.  RFC 9000 §18.2: "ack_delay_exponent: ... indicating
-  an exponent used to decode the ACK Delay field in the ACK frame".  aioquic 1.7.2 assigns the
-  variable to itself (``self._remote_ack_delay_exponent = self._remote_ack_delay_exponent``) and
-  keeps decoding with 3;
-- the first Initial ACK and the datagram that completed the ServerHello are noted with their
-  kernel receive times (raw timings for the store; classification happens at ingest).
+Theory of operation: aioquic's sans-I/O ``QuicConnection`` (the scanner's subclass,
+:class:`quicack.scan.connection.ScanConnection`) is driven by a small loop of our own instead of
+aioquic's asyncio protocol, so that each datagram enters the connection with the time the
+*kernel* received it.  The probe's connected UDP socket has ``SO_TIMESTAMPNS``; every datagram
+is read with ``recvmsg`` and its ``SCM_TIMESTAMPNS`` (CLOCK_REALTIME) both feeds aioquic's clock
+(mapped onto the event loop's monotonic clock) and stamps the qlog events the datagram causes.
+An event loop busy with 200 other probes therefore delays the *processing* of a datagram but
+not its recorded arrival; the delay itself is kept as ``loop_lag_ms``.  The first Initial ACK
+and the datagram that completed the ServerHello are noted with their kernel receive times (raw
+timings for the store; classification happens at ingest).
 
 A probe never raises: whatever happens becomes a :class:`ProbeResult` with an ``outcome``.
 
-CPU per probe (the scan's budget is 4 ms): besides the single key share and the unchecked
-CertificateVerify signature (the chain is not checked either: ``CERT_NONE``), a probe issues no
-spare connection IDs and asks the server for the minimum, starts with RFC 9002's 1 s PTO (no
-ClientHello resent to a server slower than aioquic's 200 ms), breaks its connection's reference
-cycles when it ends (reference counting frees it; the cyclic collector would have to find ~400
-objects), and a scan runs its probes with the collector tuned (:func:`quicack.core.gctuning.tuned`:
-with its defaults, collections triggered by the probes' many small objects cost ~1 ms a probe),
-so that it does not rescan the long-lived objects of hundreds of probes in flight.  A few of
-aioquic's hottest small helpers are replaced by faster equivalents (:mod:`quicack.scan.speedups`),
-and its debug log calls are dropped while a scan has silenced its logger.
+CPU per probe (the scan's budget is 4 ms; the connection's own savings are in
+:mod:`quicack.scan.connection`): a probe breaks its connection's reference cycles when it ends
+(reference counting frees it; the cyclic collector would have to find ~400 objects), and a scan
+runs its probes with the collector tuned (:func:`quicack.core.gctuning.tuned`: with its
+defaults, collections triggered by the probes' many small objects cost ~1 ms a probe), so that
+it does not rescan the long-lived objects of hundreds of probes in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import socket
 import ssl
 import time
 from dataclasses import dataclass, field
 
-from aioquic.buffer import Buffer
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic import events as qe
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.connection import QuicConnection, QuicConnectionState, QuicReceiveContext
-from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
-from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion, pull_quic_transport_parameters
-from aioquic.tls import Epoch, Group, State
+from aioquic.quic.connection import QuicConnectionState
+from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion
+from aioquic.tls import State
 
-from quicack.core import recovery
 from quicack.scan import rxtime
-from quicack.scan import speedups
-from quicack.model import USER_AGENT
+from quicack.scan.connection import INITIAL_RTT_S, ScanConnection, Trace, TraceLogger, tag_connection
+from quicack.scan.options import USER_AGENT
 
 CRYPTO_ERROR = 0x100
-TLS_PADDING_EXTENSION = 21
-#: CRYPTO bytes one 1200-byte client Initial datagram carries with aioquic's headers
-CRYPTO_BYTES_PER_INITIAL = 1150
-#: RFC 9002 §6.2.2: "When no previous RTT is available, the initial RTT SHOULD be set to 333
-#: milliseconds.  This results in handshakes starting with a PTO of 1 second".  aioquic's first
-#: PTO is twice its ``initial_rtt`` (default 100 ms: 200 ms, where a server farther or slower
-#: than that gets the ClientHello again before its first answer can arrive, costing both sides
-#: a flight); the scanner starts with the RFC's 1 s PTO instead (and so do the local servers).
-FIRST_PTO_S = recovery.FIRST_PTO_MS / 1000.0
-INITIAL_RTT_S = FIRST_PTO_S / 2  # aioquic: PTO before any RTT sample = 2 × initial_rtt
-
-
-speedups.apply()  # faster stand-ins for a few aioquic helpers (quicack.scan.speedups)
-
 
 OUTCOMES = ("ok", "retry", "timeout", "version_negotiation", "tls_alert", "connection_closed",
             "refused", "error")
@@ -141,112 +108,6 @@ class ProbeResult:
     keylog: str = field(default="", repr=False)
 
 
-#: Events a probe's qlog leaves out to save CPU: none of them feeds a table of the store except
-#: ``other_events`` (HTTP/3 frames, key updates and retirements, spin bit, datagram counts).
-SKIPPED_CATEGORIES = frozenset({"http", "security", "connectivity"})
-SKIPPED_EVENTS = frozenset({"datagrams_sent", "datagrams_received"})
-
-
-class _Trace(QuicLoggerTrace):
-    """aioquic's qlog trace whose clock can be pinned to a kernel receive time, without the
-    events in SKIPPED_CATEGORIES / SKIPPED_EVENTS."""
-
-    def __init__(self, *, is_client: bool, odcid: bytes) -> None:
-        super().__init__(is_client=is_client, odcid=odcid)
-        self.pinned_epoch_s: float | None = None
-        self.title: str | None = None
-
-    def log_event(self, *, category: str, event: str, data: dict) -> None:
-        if category in SKIPPED_CATEGORIES or event in SKIPPED_EVENTS:
-            return
-        t = self.pinned_epoch_s if self.pinned_epoch_s is not None else time.time()
-        self._events.append({"data": data, "name": category + ":" + event, "time": t * 1000.0})
-
-
-class _Logger(QuicLogger):
-    def start_trace(self, is_client: bool, odcid: bytes) -> QuicLoggerTrace:
-        trace = _Trace(is_client=is_client, odcid=odcid)
-        self._traces.append(trace)
-        return trace
-
-
-class ScanConnection(QuicConnection):
-    """aioquic's client connection with the scanner's choices (see the module docstring)."""
-
-    split_clienthello = 1
-    first_ack_time: float | None = None
-    retry_received = False
-    version_negotiation_received = False
-    remote_parameters = None
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        if not self._logger.isEnabledFor(logging.ERROR):
-            # a scan silences aioquic's logger (its warnings are probe outcomes here); its ~20
-            # debug calls a probe then cost more than nothing at all (TLS gets this one too)
-            self._logger = _SILENT_LOG
-
-    def _initialize(self, peer_cid: bytes) -> None:
-        super()._initialize(peer_cid)
-        self.tls._supported_groups = [Group.X25519]
-        # The scanner measures ACKs, not authenticity: like the certificate chain (CERT_NONE),
-        # the CertificateVerify signature is not checked (its key load and verify cost ~1.5 ms
-        # of CPU per probe); the certificate itself is still parsed and recorded.
-        self.tls._check_certificate_verify_signature = _accept_signature
-        if self.split_clienthello > 1:
-            # a ClientHello of about 250 bytes plus padding needs exactly N Initial packets
-            target = (self.split_clienthello - 1) * CRYPTO_BYTES_PER_INITIAL + 300
-            self.tls.handshake_extensions.append((TLS_PADDING_EXTENSION, bytes(target - 250)))
-
-    def _replenish_connection_ids(self) -> None:
-        # A probe never migrates: it issues no connection IDs beyond its first (RFC 9000 §5.1.1
-        # lets an endpoint issue fewer than the peer's limit) and asks for none (see below).
-        return None
-
-    def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
-        super()._parse_transport_parameters(data, from_session_ticket)
-        params = pull_quic_transport_parameters(Buffer(data=data))
-        # RFC 9000 §18.2: the ACK Delay field is decoded with the exponent the ACK's sender
-        # advertised; aioquic 1.7.2 never applies it (a self-assignment), so we do.
-        if params.ack_delay_exponent is not None:
-            self._remote_ack_delay_exponent = params.ack_delay_exponent
-        if not from_session_ticket:
-            self.remote_parameters = params
-
-    def _handle_ack_frame(self, context: QuicReceiveContext, frame_type: int, buf: Buffer) -> None:
-        if context.epoch == Epoch.INITIAL and self.first_ack_time is None:
-            self.first_ack_time = context.time
-        super()._handle_ack_frame(context, frame_type, buf)
-
-    def _receive_retry_packet(self, header, packet_without_tag, now) -> None:
-        self.retry_received = True
-        super()._receive_retry_packet(header, packet_without_tag, now)
-
-    def _receive_version_negotiation_packet(self, header, now) -> None:
-        if self._state == QuicConnectionState.FIRSTFLIGHT:
-            self.version_negotiation_received = True
-        super()._receive_version_negotiation_packet(header, now)
-
-
-def _accept_signature(verify) -> None:
-    return None
-
-
-class _SilentLog:
-    """A logger adapter that drops everything (for a silenced aioquic logger)."""
-
-    def _drop(self, *args, **kwargs) -> None:
-        return None
-
-    debug = info = warning = error = exception = _drop
-
-    def isEnabledFor(self, level: int) -> bool:
-        return False
-
-
-_SILENT_LOG = _SilentLog()
-
-
 class _KeyLog:
     """A text sink for aioquic's ``secrets_log_file`` (NSS key log lines)."""
 
@@ -266,7 +127,7 @@ def _configuration(spec: ProbeSpec, keylog: _KeyLog) -> QuicConfiguration:
     config.secrets_log_file = keylog
     config.supported_versions = [QuicProtocolVersion.VERSION_1]  # a v1 probe: VN is an outcome
     if spec.keep_qlog:
-        config.quic_logger = _Logger()
+        config.quic_logger = TraceLogger()
     return config
 
 
@@ -281,7 +142,7 @@ class Probe:
                                   spec.port, spec.cid.hex())
         self.done = loop.create_future()
         self.quic: ScanConnection | None = None
-        self.trace: _Trace | None = None
+        self.trace: Trace | None = None
         self.h3: H3Connection | None = None
         self.sock: socket.socket | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -315,7 +176,7 @@ class Probe:
         # the smallest active_connection_id_limit (RFC 9000 §18.2): the server sends one
         # NEW_CONNECTION_ID instead of seven
         quic._local_active_connection_id_limit = 2
-        _tag_connection(quic, spec.cid, spec.odcid)
+        tag_connection(quic, spec.cid, spec.odcid)
         if quic._quic_logger is not None:
             quic._quic_logger.title = f"{spec.domain} #{spec.repetition}"
         self.quic = quic
@@ -551,17 +412,6 @@ class Probe:
             if part is not None:
                 part.__dict__.clear()
         self.done.set_result(r)
-
-
-def _tag_connection(quic: QuicConnection, cid: bytes, odcid: bytes) -> None:
-    """Give a fresh client connection our connection IDs (before ``connect``)."""
-    quic._host_cids[0].cid = cid
-    quic.host_cid = cid
-    quic._local_initial_source_connection_id = cid
-    quic._peer_cid.cid = odcid
-    quic._original_destination_connection_id = odcid
-    if quic._quic_logger is not None:
-        quic._quic_logger._odcid = odcid
 
 
 def _describe_tls(quic: ScanConnection, r: ProbeResult) -> None:

@@ -1,9 +1,10 @@
 """Faster stand-ins for a few of aioquic's pure-Python helpers, with the same behaviour.
 
 Theory of operation: the scanner's CPU per probe is mostly aioquic's, and a handful of its small
-helpers run dozens of times a probe.  :func:`apply` (called when :mod:`quicack.scan.probe` loads)
-swaps each for an equivalent that does the same work with less interpreter overhead; each swap
-is skipped if aioquic no longer has the helper, so a newer aioquic runs unchanged, only slower.
+helpers run dozens of times a probe.  :func:`apply` (called when :mod:`quicack.scan.connection`
+loads) swaps each for an equivalent that does the same work with less interpreter overhead; each
+swap is skipped if aioquic no longer has the helper, so a newer aioquic runs unchanged, only
+slower.
 
 - ``aioquic.quic.connection.EPOCHS``: every connection's frame-handler table calls it 33 times,
   each building a new frozenset; the sets are immutable, so one per shortcut serves all (~30 µs

@@ -1,7 +1,7 @@
 """Per-connection analyses run inside the store: handshake classification and the RFC 9002 replay.
 
-Theory of operation: after a file's rows are normalized (same transaction), :func:`analyze` reads
-each new connection back out of DuckDB — the first :data:`HANDSHAKE_WINDOW` packets with their
+Theory of operation: after a file's rows are normalized (same transaction),
+:func:`classify_and_replay` reads each new connection back out of DuckDB — the first :data:`HANDSHAKE_WINDOW` packets with their
 frames for :func:`quicack.core.classify.classify`, and the endpoint's sent packets, received ACK frames,
 losses, PTO expiries and confirmation for the RFC 9002 replay (the native core's, for every
 connection at once; :mod:`quicack.core.recovery` is its Python face) — runs the pure code, and writes
@@ -41,7 +41,7 @@ _REPLAY_COLUMNS = ("replay_endpoint", "replay_samples", "first_rtt_sample_ms", "
 _RP_TYPES = tuple(zip(_REPLAY_COLUMNS, ("VARCHAR", "INTEGER", "DOUBLE", "DOUBLE", "DOUBLE", "VARCHAR[]")))
 
 
-def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
+def classify_and_replay(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     """Classify and replay every connection with id ≥ ``first_connection_id`` (caller holds the
     transaction).  Both run in Python; their columns go into ``connections`` with one UPDATE
     (each statement costs DuckDB milliseconds whatever its rows), then the figures cheaper in SQL."""

@@ -79,35 +79,7 @@ def pair_connections(con: duckdb.DuckDBPyConnection, file_a: int, file_b: int) -
 def compare_connections(con: duckdb.DuckDBPyConnection, a: int, b: int, tolerance_ms: float = 1.0,
                         strict: bool = False) -> PairResult:
     """Compare connection ``a`` with connection ``b`` packet by packet."""
-    # One row per packet: identity, type, time, and the frame list as text.
-    con.execute("""CREATE OR REPLACE TEMP TABLE cmp_p AS
-        SELECT p.connection_id, p.sender, p.packet_number_space AS space, p.packet_number,
-               p.packet_type, p.epoch_ms, p.frame_count,
-               coalesce(string_agg(f.frame_type, ',' ORDER BY f.position), '') AS frames,
-               list([f.largest_acknowledged, f.position] ORDER BY f.position)
-                   FILTER (WHERE f.frame_type = 'ack') AS ack_largest,
-               -- ranges in ascending order: producers list them either way (aioquic descending, tshark ascending)
-               list(list_sort(f.acked_ranges) ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_ranges,
-               list(f.ack_delay_ms ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_delays,
-               max(f.ack_delay_ms / nullif(f.ack_delay_raw, 0)) AS ack_delay_unit_ms,
-               row_number() OVER (PARTITION BY p.connection_id, p.sender, p.packet_number_space, p.packet_number
-                                  ORDER BY p.event_index) AS copy
-        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
-        WHERE p.connection_id IN (?, ?) AND p.packet_number IS NOT NULL
-        GROUP BY p.connection_id, p.event_index, p.sender, p.packet_number_space, p.packet_number,
-                 p.packet_type, p.epoch_ms, p.frame_count""", [a, b])
-    rows = con.execute("""
-        SELECT coalesce(x.sender, y.sender), coalesce(x.space, y.space), coalesce(x.packet_number, y.packet_number),
-               x.packet_type, y.packet_type, x.frames, y.frames, x.epoch_ms, y.epoch_ms,
-               x.ack_ranges, y.ack_ranges, x.ack_delays, y.ack_delays,
-               coalesce(x.ack_delay_unit_ms, y.ack_delay_unit_ms), x.frame_count, y.frame_count
-        FROM (SELECT * FROM cmp_p WHERE connection_id = ?) x
-        FULL JOIN (SELECT * FROM cmp_p WHERE connection_id = ?) y
-          ON x.sender = y.sender AND x.space IS NOT DISTINCT FROM y.space
-         AND x.packet_number = y.packet_number AND x.copy = y.copy
-        ORDER BY coalesce(x.epoch_ms, y.epoch_ms), 1, 2, 3""", [a, b]).fetchall()
-    con.execute("DROP TABLE IF EXISTS cmp_p")
-
+    rows = _paired_packets(con, a, b)
     side_a, side_b = _vantage_side(con, a), _vantage_side(con, b)
     info = con.execute("""SELECT a.odcid, a.vantage, b.vantage FROM connections a, connections b
                           WHERE a.connection_id = ? AND b.connection_id = ?""", [a, b]).fetchall()[0]
@@ -129,17 +101,9 @@ def compare_connections(con: duckdb.DuckDBPyConnection, a: int, b: int, toleranc
         matched += 1
         if type_a != type_b:
             diff("type", f"packet type {type_a} in A, {type_b} in B")
-        if not (count_a and count_b):
-            pass  # one side has no frames for this packet (quinn logs none; not decrypted)
-        elif frames_a != frames_b:
-            diff("frames", f"frames [{frames_a}] in A, [{frames_b}] in B")
-        elif ranges_a != ranges_b:
-            diff("ack", f"acked ranges {ranges_a} in A, {ranges_b} in B")
-        elif delays_a and delays_b:
-            step = max(unit or 0.008, 0.001)
-            for da, db in zip(delays_a, delays_b):
-                if da is not None and db is not None and abs(da - db) > step + 1e-9:
-                    diff("ack", f"ack_delay {da:.3f} ms in A, {db:.3f} ms in B (one encoding step: {step:.3f} ms)")
+        if count_a and count_b:  # (else one side has no frames for it: quinn logs none; not decrypted)
+            for kind, detail in _frame_differences(frames_a, frames_b, ranges_a, ranges_b, delays_a, delays_b, unit):
+                diff(kind, detail)
         if t_a is None or t_b is None:
             continue
         delta = t_b - t_a
@@ -170,3 +134,53 @@ def compare_files(con: duckdb.DuckDBPyConnection, file_a: int, file_b: int, tole
         raise QuicackError("no connection of the first file has the original destination connection ID "
                            "of one in the second file: nothing to compare")
     return [compare_connections(con, a, b, tolerance_ms, strict) for a, b in pairs]
+
+
+def _paired_packets(con: duckdb.DuckDBPyConnection, a: int, b: int) -> list[tuple]:
+    """Connection ``a``'s and ``b``'s packets side by side (FULL JOIN on sender, space, number
+    and copy), in time order, with their frame lists, ACK ranges and delays."""
+    # One row per packet: identity, type, time, and the frame list as text.
+    con.execute("""CREATE OR REPLACE TEMP TABLE cmp_p AS
+        SELECT p.connection_id, p.sender, p.packet_number_space AS space, p.packet_number,
+               p.packet_type, p.epoch_ms, p.frame_count,
+               coalesce(string_agg(f.frame_type, ',' ORDER BY f.position), '') AS frames,
+               list([f.largest_acknowledged, f.position] ORDER BY f.position)
+                   FILTER (WHERE f.frame_type = 'ack') AS ack_largest,
+               -- ranges in ascending order: producers list them either way (aioquic descending, tshark ascending)
+               list(list_sort(f.acked_ranges) ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_ranges,
+               list(f.ack_delay_ms ORDER BY f.position) FILTER (WHERE f.frame_type = 'ack') AS ack_delays,
+               max(f.ack_delay_ms / nullif(f.ack_delay_raw, 0)) AS ack_delay_unit_ms,
+               row_number() OVER (PARTITION BY p.connection_id, p.sender, p.packet_number_space, p.packet_number
+                                  ORDER BY p.event_index) AS copy
+        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
+        WHERE p.connection_id IN (?, ?) AND p.packet_number IS NOT NULL
+        GROUP BY p.connection_id, p.event_index, p.sender, p.packet_number_space, p.packet_number,
+                 p.packet_type, p.epoch_ms, p.frame_count""", [a, b])
+    rows = con.execute("""
+        SELECT coalesce(x.sender, y.sender), coalesce(x.space, y.space), coalesce(x.packet_number, y.packet_number),
+               x.packet_type, y.packet_type, x.frames, y.frames, x.epoch_ms, y.epoch_ms,
+               x.ack_ranges, y.ack_ranges, x.ack_delays, y.ack_delays,
+               coalesce(x.ack_delay_unit_ms, y.ack_delay_unit_ms), x.frame_count, y.frame_count
+        FROM (SELECT * FROM cmp_p WHERE connection_id = ?) x
+        FULL JOIN (SELECT * FROM cmp_p WHERE connection_id = ?) y
+          ON x.sender = y.sender AND x.space IS NOT DISTINCT FROM y.space
+         AND x.packet_number = y.packet_number AND x.copy = y.copy
+        ORDER BY coalesce(x.epoch_ms, y.epoch_ms), 1, 2, 3""", [a, b]).fetchall()
+    con.execute("DROP TABLE IF EXISTS cmp_p")
+
+    return rows
+
+
+def _frame_differences(frames_a, frames_b, ranges_a, ranges_b, delays_a, delays_b, unit):
+    """(kind, detail) of the first way two copies of a packet's frames differ: the frame list,
+    else the ACK ranges, else ACK delays further apart than one encoding step."""
+    if frames_a != frames_b:
+        return [("frames", f"frames [{frames_a}] in A, [{frames_b}] in B")]
+    if ranges_a != ranges_b:
+        return [("ack", f"acked ranges {ranges_a} in A, {ranges_b} in B")]
+    if not (delays_a and delays_b):
+        return []
+    step = max(unit or 0.008, 0.001)
+    return [("ack", f"ack_delay {da:.3f} ms in A, {db:.3f} ms in B (one encoding step: {step:.3f} ms)")
+            for da, db in zip(delays_a, delays_b)
+            if da is not None and db is not None and abs(da - db) > step + 1e-9]

@@ -2,13 +2,15 @@
 
 Theory of operation: folders are walked recursively for trace files (qlog, sqlog, their gzip
 forms, NDJSON and JSON) and captures (pcap, pcapng, also gzipped); each file is handed to
-:meth:`quicack.store.database.Store.ingest`, which commits or rolls back that file alone — the small qlogs
-first, several at a time (:meth:`quicack.store.database.Store.ingest_many`), then the others in order.
+:class:`quicack.store.transaction.Ingest`, which commits or rolls back that file alone — the small
+qlogs first, several at a time (:meth:`~quicack.store.transaction.Ingest.many`), then the others
+in order.
 Progress is reported through a callback so the CLI can draw it.
 
 Start-up counts for a capture (a user waits for it): tshark spends a few tenths of a second
 loading its dissectors before it writes a row, so the first capture's tshark is started before
-the store — and with it DuckDB and pyarrow — is loaded; this module imports nothing heavy.
+the store — and with it DuckDB and pyarrow — is loaded (:func:`early_dissection`, also called by
+``quicack.__main__`` before the command line is parsed); this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from quicack.pcap import tshark as pcap
+from quicack.pcap import source, tshark
 from quicack.model import QuicackError, Summary
-from quicack.pcap.tshark import CAPTURE_SUFFIXES
+from quicack.pcap.source import CAPTURE_SUFFIXES
 
 TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", ".sqlog.gz",
                   ".json.gz", ".ndjson.gz")
@@ -51,7 +53,7 @@ PARALLEL_BYTES = 4 << 20
 
 def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", reanalyze: bool = False,
             progress: Callable[[Path, int], None] | None = None, keylog: str | Path | None = None,
-            quic_ports: Iterable[int] = (), dissection: pcap.Dissection | None = None,
+            quic_ports: Iterable[int] = (), dissection: tshark.Dissection | None = None,
             jobs: int | None = None) -> Summary:
     """Ingest every trace under ``paths`` into the store ``db``; return what happened per file,
     in the order of the files.
@@ -59,8 +61,8 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     ``progress(path, n)`` is called as each file is read, ``n`` the bytes of that file done since
     the previous call (several times within a large qlog); per file the calls add up to its size.
     Captures are decrypted with ``keylog`` (else a key log beside each capture); ``quic_ports``
-    are decoded as QUIC.  ``dissection``: tshark already started (quicack.cli starts it before
-    parsing its command line), taken over if it is the first file's, else stopped.  ``jobs``:
+    are decoded as QUIC.  ``dissection``: tshark already started (quicack.__main__ starts it
+    before the command line is parsed), taken over if it is the first file's, else stopped.  ``jobs``:
     small qlog files ingested at once (default: one per core), each in its own transaction;
     ``progress`` is then called from that many threads.
     """
@@ -71,7 +73,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     if dissection is not None and not (files and dissection.matches(files[0], keylog, quic_ports)):
         dissection.close()
         dissection = None
-    early = dissection or _start_first_capture(files, keylog, quic_ports)
+    early = dissection or early_dissection(files, keylog, quic_ports)
     try:
         from quicack.store.database import Store  # DuckDB and pyarrow load while tshark starts
 
@@ -99,17 +101,17 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
 
 def _parallel(path: Path) -> bool:
     try:
-        return not pcap.is_capture(path) and path.stat().st_size <= PARALLEL_BYTES
+        return not source.is_capture(path) and path.stat().st_size <= PARALLEL_BYTES
     except OSError:
         return False  # (ingest says why)
 
 
-def _start_first_capture(files: list[Path], keylog, quic_ports: tuple[int, ...]) -> pcap.Dissection | None:
+def early_dissection(files: list[Path], keylog, quic_ports: tuple[int, ...]) -> tshark.Dissection | None:
     """tshark already running on the first file if it is a capture (None if it is not, or if
     tshark cannot start: ingesting the file then says why)."""
-    if not files or not pcap.is_capture(files[0]) or pcap.capture_format(files[0]) is None:
+    if not files or not source.is_capture(files[0]) or source.capture_format(files[0]) is None:
         return None
     try:
-        return pcap.Dissection(files[0], keylog, quic_ports)
+        return tshark.Dissection(files[0], keylog, quic_ports)
     except QuicackError:
         return None

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import duckdb
 
-from quicack.model import SCHEMA_VERSION, QuicackError
-from quicack.store.database import Store, table_names
+from quicack.model import QuicackError
+from quicack.store.schema import SCHEMA_VERSION
+from quicack.store.database import Store
+from quicack.store.schema import table_names
 from quicack.store.sqltext import quote
 
 #: surrogate keys and the table that numbers them

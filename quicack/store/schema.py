@@ -1,0 +1,89 @@
+"""What a store holds and under which versions: the DDL, its tables and columns, upgrades.
+
+Theory of operation: ``schemas/store.sql`` is the single source of truth for tables and columns;
+this module reads it (from the package in a wheel, from ``schemas/`` in a source tree) and knows
+two numbers.  :data:`SCHEMA_VERSION` is recorded in ``store_meta`` when a store is opened; an
+older store is upgraded by :data:`MIGRATIONS` one version at a time.  :data:`ANALYSIS_VERSION` is
+recorded per file in ``files``: a file is ingested again only when asked (``--reanalyze``) or when
+the stored rows were made by another analysis version.  Nothing here loads DuckDB: the package's
+``__init__`` imports the versions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: Bumped whenever the mapping from input to rows changes.  4: a ``quicack export --qlog`` file
+#: is not rescaled by its producer's quirks, delta-time traces whose first event holds the epoch
+#: time keep it, no producer is guessed from a header's shape; handshakes: a failed attempt after a
+#: restart is that failure, a ClientHello retransmitted with its CRYPTO frames reordered is one
+#: packet, a partial ClientHello needs logged packet numbers.  5: after a HelloRetryRequest, the
+#: round of the second ClientHello is classified; raw ACK delays of a sender whose
+#: ack_delay_exponent is invalid (above 20) are not decoded; a document cut short keeps no part of
+#: an event after one holding an "events" key.  6: the native core — other_events.data and
+#: frames.details keep the JSON text as logged (without blanks), delta times are summed on across
+#: slices, a raw ACK Delay beyond 64 bits is NULL rather than refusing the file, JSON-SEQ records
+#: are split at every RS, an untimed metrics, loss, drop or timer event refuses the file.
+ANALYSIS_VERSION = 6
+
+#: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``.
+SCHEMA_VERSION = 3
+
+#: Tables holding rows per connection, deleted together when a file is re-ingested.
+CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
+                     "dropped_packets", "timers", "other_events", "rtt_samples", "capture_connections")
+#: Tables holding rows per file besides ``files`` (captures).
+FILE_TABLES = ("capture_files", "capture_issues")
+
+
+def schema_sql() -> str:
+    """The DDL: shipped inside the package (wheel) or read from ``schemas/`` (source tree)."""
+    packaged = resources.files("quicack").joinpath("schemas/store.sql")
+    if packaged.is_file():
+        return packaged.read_text()
+    return (Path(__file__).resolve().parents[2] / "schemas" / "store.sql").read_text()
+
+
+def table_names() -> list[str]:
+    return re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql())
+
+
+def schema_columns() -> dict[str, list[tuple[str, str]]]:
+    """Table → [(column, type definition)] as the DDL declares them."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", schema_sql(), re.S):
+        columns = []
+        for line in body.splitlines():
+            line = line.split("--", 1)[0].strip().rstrip(",")
+            if line and not re.match(r"(PRIMARY|UNIQUE|CHECK|FOREIGN)\b", line):  # table constraints
+                name, definition = line.split(None, 1)
+                columns.append((name, definition.replace(" PRIMARY KEY", "")))
+        tables[table] = columns
+    return tables
+
+
+def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """An additive upgrade: every column the DDL has and the stored table lacks is added (NULL in
+    old rows; ``quicack analyze --reanalyze`` fills them).  New tables come from the DDL itself."""
+    for table, columns in schema_columns().items():
+        have = {name for (name,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND NOT internal", [table]).fetchall()}
+        if not have:
+            continue  # a new table: created by the DDL
+        for name, definition in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
+
+
+#: Upgrades from an older schema version to the next one.
+#: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
+#: 2 → 3: tables runs and probes (scans).
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
+                                                                    2: add_missing_columns}

@@ -1,0 +1,398 @@
+"""Files into the store, each in one transaction: hashed, staged, normalized, analyzed, committed.
+
+Theory of operation: :class:`Ingest` works on one DuckDB connection (a store's, or a cursor of
+it).  Each input file is ingested in one transaction — staged by ``quicack.qlog.reader`` slice by
+slice and normalized by ``quicack.qlog.normalize`` (a capture: by the ``quicack.pcap`` path),
+classified and replayed by ``quicack.store.analysis``, recorded in ``files`` with its SHA-256
+and the analysis version — so a file that fails leaves the store exactly as it was.  A file whose
+hash was already ingested by this analysis version is skipped; ``reanalyze`` deletes its rows and
+ingests it again.  The hash of a large file is computed in a thread while the file is read (an
+unchanged file is noticed, and its work dropped, as soon as the hash is known).  Small qlogs can
+be ingested several at a time (:meth:`Ingest.many`), each in its own transaction on its own
+cursor, with file and connection ids handed out by one counter (:class:`_Ids`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import queue
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from quicack.core import gctuning
+from quicack.model import FileResult, QuicackError
+from quicack.pcap import source, staging, tshark
+from quicack.pcap.normalize import normalize as normalize_capture
+from quicack.qlog import normalize, reader, slicing
+from quicack.store import analysis, scantables, settings
+from quicack.store.schema import ANALYSIS_VERSION, CONNECTION_TABLES, FILE_TABLES
+
+#: Captures with fewer frames than a DuckDB row group holds (122,880 rows) are normalized,
+#: analyzed and committed on one thread (the caller's setting is restored afterwards).
+ONE_THREAD_FRAMES = 122_880
+
+#: Files up to this size are hashed before staging; larger ones while staging, in a thread.
+SYNC_HASH_BYTES = 8 << 20
+
+#: DuckDB settings while a qlog is ingested: the buffer pool is capped (a slice of
+#: slicing.SLICE_BYTES needs far less; uncommitted rows beyond the cap are written to the database
+#: file early), the allocator hands freed memory back sooner, and queries see the per-slice Arrow
+#: tables of quicack.qlog.normalize by name.  The previous values are restored afterwards.
+INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
+                   "python_enable_replacements": "true", "python_scan_all_frames": "false"}
+
+
+class Ingest:
+    """Ingest of files into the store behind ``con``; ``name`` (the store's path) for messages.
+    ``ids``: shared by the concurrent ingests of :meth:`many`, else read in each transaction."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, ids: _Ids | None = None):
+        self.con = con
+        self._ids = ids
+
+    def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
+             quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
+             dissection: tshark.Dissection | None = None) -> FileResult:
+        """Ingest one qlog file or capture in one transaction.  A refused file is a result, not an
+        exception.  Captures are decrypted with ``keylog`` (else a key log beside them) and
+        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say; ``dissection`` is
+        tshark already started on the capture (:class:`quicack.pcap.tshark.Dissection`), which this
+        takes over and closes.
+
+        ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
+        previous call; by the time ingest returns the calls add up to the file size.
+        """
+        path = Path(path)
+        name = str(path)
+        is_capture = source.is_capture(path)
+        reported = 0
+
+        def report(done: int) -> None:
+            nonlocal reported
+            if progress and done > reported:
+                progress(done - reported)
+                reported = done
+
+        try:
+            size = path.stat().st_size
+            digest = _Digest(path, background=not is_capture and size > SYNC_HASH_BYTES)
+        except OSError as e:
+            return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
+        try:
+            unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
+            if unchanged:
+                return unchanged
+            if is_capture:
+                with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                             dissection, int(saved["threads"]))
+            values = dict(INGEST_SETTINGS)
+            if size <= slicing.SLICE_BYTES:
+                # A file of one slice is ingested with DuckDB on one thread: its statements over a
+                # few thousand to a hundred thousand rows then cost less CPU and no more wall time.
+                values["threads"] = 1
+            if self._ids is not None:  # a worker of many(): settings and collector set around all
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+            # (the collector tuned too: a scan's batch file makes hundreds of thousands of objects)
+            with settings.changed(self.con, **values) as saved, gctuning.tuned():
+                try:
+                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture)
+                except duckdb.OutOfMemoryException:
+                    pass  # (rolled back) a file whose records the cap cannot hold: an event of tens of MB
+                # Read again with DuckDB's memory limit as it was: the cap keeps memory flat for files
+                # of ordinary events, it must not refuse a valid file.
+                settings.restore(self.con, "memory_limit", saved["memory_limit"])
+                note = (f"DuckDB needed more memory than the {values['memory_limit']} it is given while a qlog is "
+                        f"ingested (an event of several MB?): read again with its usual limit ({saved['memory_limit']})")
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                         notes=(note,))
+        except OSError as e:
+            return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
+        except duckdb.OutOfMemoryException as e:  # (rolled back) even with DuckDB's usual limit
+            if self._ids is not None:
+                raise  # (many() reads it again on its own, with the retry above)
+            return FileResult(name, "refused", error=str(QuicackError(f"out of memory: {str(e).splitlines()[0]}",
+                                                                      name)))
+        finally:
+            if dissection is not None:
+                dissection.close()  # not taken over (a qlog, an unchanged capture) or done
+            digest.join()
+            report(size)
+
+    def many(self, paths: list[Path], jobs: int, reanalyze: bool = False,
+             progress: Callable[[Path, int], None] | None = None) -> list[FileResult]:
+        """Ingest small qlog files ``jobs`` at a time, each in its own transaction on its own cursor;
+        return their results in the order of ``paths``.
+
+        A small file costs ~70 statements whose planning outweighs their work, each on one core:
+        ``jobs`` files at once keep that many cores busy.  Each ingest takes its file and
+        connection ids from one counter, inside its transaction: DuckDB shows a transaction only
+        what was committed when it began, so rows it sees beyond its own first id are its own (and
+        appends do not conflict).  The settings of
+        :data:`INGEST_SETTINGS` (one DuckDB thread; the memory cap, once per job) and the
+        collector's tuning are set once around all of them.  Read on their own afterwards, in
+        order: a file whose content an earlier one of ``paths`` has (then unchanged, as in a
+        row), and one that ran DuckDB out of memory (then with the usual limit, as :meth:`file`
+        does).  ``progress(path, n)`` as for :func:`quicack.store.ingest.analyze`.
+        """
+        results: list[FileResult | None] = [None] * len(paths)
+        todo, after = [], []
+        size_of = [_size(path) for path in paths]
+        sizes = collections.Counter(size_of)
+        first_of: dict[str, int] = {}
+        for i, path in enumerate(paths):
+            if source.is_capture(path):
+                after.append(i)  # (captures have their own settings: one at a time)
+                continue
+            if sizes[size_of[i]] > 1:  # (only files of one size can be copies: hashed here, and again by ingest)
+                try:
+                    digest = _Digest(path, background=False).value()
+                except OSError:
+                    digest = None  # (ingest says why)
+                if digest in first_of:
+                    after.append(i)
+                    continue
+                if digest is not None:
+                    first_of[digest] = i
+            todo.append(i)
+
+        def step(i: int):
+            return (lambda n, path=paths[i]: progress(path, n)) if progress else None
+        ids = _Ids(self.con)
+        pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in todo:
+            pending.put(i)
+        lock = threading.Lock()
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            view = Ingest(self.con.cursor(), ids)
+            try:
+                while not failures:
+                    try:
+                        i = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        results[i] = view.file(paths[i], reanalyze=reanalyze, progress=step(i))
+                    except duckdb.OutOfMemoryException:
+                        with lock:
+                            after.append(i)
+            except BaseException as e:  # raised in the caller's thread
+                failures.append(e)
+            finally:
+                view.con.close()
+
+        cap = int(INGEST_SETTINGS["memory_limit"].removesuffix("MB")) * jobs
+        with settings.changed(self.con, **dict(INGEST_SETTINGS, threads=1, memory_limit=f"{cap}MB")), \
+                gctuning.tuned():
+            workers = [threading.Thread(target=work, name=f"quicack-ingest-{k}", daemon=True)
+                       for k in range(max(1, min(jobs, len(todo))))]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        if failures:
+            raise failures[0]
+        for i in sorted(after):
+            results[i] = self.file(paths[i], reanalyze=reanalyze, progress=step(i))
+        return results
+
+    def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
+        """The result for a file this analysis version already holds, else None."""
+        previous = self._previous(digest)
+        if previous and not reanalyze and all(v == ANALYSIS_VERSION for _, v in previous):
+            if not is_capture or self._same_secrets([f for f, _ in previous], path, keylog):
+                return FileResult(str(path), "unchanged", file_id=previous[0][0])
+        return None
+
+    def _previous(self, digest: str) -> list[tuple[int, int]]:
+        return self.con.execute(
+            "SELECT file_id, analysis_version FROM files WHERE content_sha256 = ?", [digest]).fetchall()
+
+    def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
+                     quic_ports: tuple[int, ...], is_capture: bool,
+                     dissection: tshark.Dissection | None = None, threads: int = 1,
+                     notes: tuple[str, ...] = ()) -> FileResult:
+        """Ingest one file in one transaction; ``notes``: warnings to record with it.  A file that
+        cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
+        self.con.execute("BEGIN")
+        try:
+            ids = self._ids or _Ids(self.con)  # (read inside the transaction: the store's largest + 1)
+            file_id = ids.file_id()
+            if is_capture:  # (never one of many()'s: its connections count up from the next id)
+                first_connection = ids.connections(0)
+                staged = staging.stage(self.con, path, keylog, quic_ports, dissection)
+                # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
+                # committed faster by one thread than by several that wait for one another.
+                self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
+                normalize_capture(self.con, file_id, first_connection, staged)
+            else:
+                staged, first_connection, unchanged = self._stage_qlog(path, name, ids, file_id, notes, report,
+                                                                       lambda: digest.ready() and self._unchanged(
+                                                                           path, digest.value(), reanalyze, keylog,
+                                                                           is_capture))
+                if unchanged:
+                    self.con.execute("ROLLBACK")
+                    return unchanged
+            analysis.classify_and_replay(self.con, first_connection)
+            unchanged = self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
+            if unchanged:
+                self.con.execute("ROLLBACK")
+                return unchanged
+            for previous_id, _ in self._previous(digest.value()):
+                self._delete_file(previous_id)
+            scantables.link_probes(self.con, file_id, digest.value())
+            self.con.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+                file_id, name, digest.value(), path.stat().st_size, staged.format, staged.qlog_version,
+                ANALYSIS_VERSION, datetime.now(timezone.utc).replace(tzinfo=None), staged.events, staged.warnings])
+            result = self._file_result(file_id, name, staged.warnings)
+            self._commit(write_through=is_capture)
+            return result
+        except QuicackError as e:
+            self.con.execute("ROLLBACK")
+            e.path = e.path or name  # (the normalizer knows positions, not the file)
+            return FileResult(name, "refused", error=str(e))
+        except duckdb.OutOfMemoryException:
+            self.con.execute("ROLLBACK")
+            raise
+        except duckdb.Error as e:
+            self.con.execute("ROLLBACK")
+            return FileResult(name, "refused", error=str(QuicackError(
+                f"cannot normalize: {str(e).splitlines()[0]}", name)))
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def _stage_qlog(self, path: Path, name: str, ids: _Ids, file_id: int, notes: tuple[str, ...], report,
+                    unchanged: Callable[[], FileResult | None]):
+        """Stage and normalize a qlog file slice by slice (inside the caller's transaction):
+        (source, first connection id, None), or (…, the unchanged result) as soon as the hash
+        computed meanwhile shows the store already holds the file."""
+        with reader.open_source(path) as staged:
+            staged.warnings.extend(notes)
+            normalizer = normalize.Normalizer(self.con, staged.traces, file_id, ids.connections)
+            # (each slice's rows are made in the thread that stages the next one)
+            parts = reader.staged_slices(
+                staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces))
+            with contextlib.closing(parts):
+                for part, rows in parts:  # bounded slices, in file order
+                    normalizer.insert(rows)
+                    report(part.done_bytes)
+                    done = unchanged()
+                    if done:
+                        return staged, None, done
+            if not staged.events:
+                raise QuicackError("qlog stream has a header but no events", name)
+            normalizer.finish()
+            return staged, normalizer.first_connection_id, None
+
+    def _commit(self, write_through: bool) -> None:
+        """COMMIT; ``write_through``: the rows go to the database file at once (a checkpoint)
+        instead of to the write-ahead log and again to the file when the store closes, which a
+        user of ``quicack analyze`` would wait for."""
+        if not write_through:
+            self.con.execute("COMMIT")
+            return
+        with settings.changed(self.con, checkpoint_threshold="0b"):
+            self.con.execute("COMMIT")
+
+    def _delete_file(self, file_id: int) -> None:
+        ids = "(SELECT connection_id FROM connections WHERE file_id = ?)"
+        for table in CONNECTION_TABLES:
+            self.con.execute(f"DELETE FROM {table} WHERE connection_id IN {ids}", [file_id])
+        self.con.execute("DELETE FROM connections WHERE file_id = ?", [file_id])
+        for table in FILE_TABLES:
+            self.con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
+        self.con.execute("DELETE FROM files WHERE file_id = ?", [file_id])
+
+    def _same_secrets(self, file_ids: list[int], path: Path, keylog: str | Path | None) -> bool:
+        """Whether a capture was ingested with the key log it would be decrypted with now."""
+        wanted = source.secrets_fingerprint(path, Path(keylog) if keylog else None)
+        used = self.con.execute("SELECT keylog_sha256 FROM capture_files WHERE file_id IN "
+                                f"({', '.join('?' * len(file_ids))})", file_ids).fetchall()
+        return bool(used) and all(u == wanted for (u,) in used)
+
+    def _file_result(self, file_id: int, name: str, warnings: list[str]) -> FileResult:
+        ids = "(SELECT connection_id FROM connections WHERE file_id = $id)"
+        connections, events = self.con.execute(
+            "SELECT count(*), coalesce(sum(events), 0) FROM connections WHERE file_id = $id",
+            {"id": file_id}).fetchall()[0]
+        packets = self.con.execute(f"SELECT count(*) FROM packets WHERE connection_id IN {ids}",
+                                   {"id": file_id}).fetchall()[0][0]
+        skipped = dict(self.con.execute(
+            f"SELECT event_name, count(*) FROM other_events WHERE connection_id IN {ids} "
+            "GROUP BY event_name ORDER BY 2 DESC, 1", {"id": file_id}).fetchall())
+        return FileResult(name, "ingested", connections, packets, int(events), skipped, list(warnings),
+                          file_id=file_id)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+class _Ids:
+    """File and connection ids counting up from the store's largest: handed out to one ingest, or
+    to the concurrent ingests of :meth:`Ingest.many`."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._lock = threading.Lock()
+        self._file, self._connection = con.execute(
+            "SELECT (SELECT coalesce(max(file_id), 0) + 1 FROM files), "
+            "(SELECT coalesce(max(connection_id), 0) + 1 FROM connections)").fetchall()[0]
+
+    def file_id(self) -> int:
+        with self._lock:
+            self._file += 1
+            return self._file - 1
+
+    def connections(self, n: int) -> int:
+        """The first of ``n`` connection ids."""
+        with self._lock:
+            self._connection += n
+            return self._connection - n
+
+
+class _Digest:
+    """The SHA-256 of a file, computed now or in a background thread (hashlib releases the GIL)."""
+
+    def __init__(self, path: Path, background: bool):
+        self._path = path
+        self._value: str | None = None
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True) if background else None
+        if self._thread:
+            self._thread.start()
+        else:
+            self._run()
+            if self._error:
+                raise self._error
+
+    def _run(self) -> None:
+        try:
+            with open(self._path, "rb") as f:
+                self._value = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as e:
+            self._error = e
+
+    def ready(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread:
+            self._thread.join()
+
+    def value(self) -> str:
+        self.join()
+        if self._error:
+            raise self._error
+        return self._value
