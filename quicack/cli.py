@@ -1,4 +1,5 @@
-"""The command line: a thin click layer over the Python API; the only place that prints or exits.
+"""The command line: a thin click layer over the Python API; with :mod:`quicack.labcli` (serve,
+peers, testbed) the only place that prints or exits.
 
 Exit status: 0 when every file was ingested (warnings allowed), 1 when any file was refused (the
 others are still stored), 2 for usage errors (click's convention).
@@ -7,35 +8,18 @@ others are still stored), 2 for usage errors (click's convention).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
 
-from quicack.lab.modes import SERVE_MODES
+from quicack import labcli
 from quicack.model import QuicackError, Summary
 from quicack.scan.options import USER_AGENT, ScanOptions, parse_shard
+from quicack.terminal import DB_OPTION, READ_DB_OPTION, console, fail
 
 # Commands import what they use when they run: no command waits for DuckDB, aioquic, polars or
 # plotly unless it needs them (`quicack analyze` of a capture has tshark started first: see
 # quicack.__main__).
-
-
-def _err():
-    from quicack.progress import console
-    return console()
-
-
-DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
-                         type=click.Path(dir_okay=False),
-                         help="DuckDB store to write (created if missing).")
-READ_DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
-                              type=click.Path(dir_okay=False), help="DuckDB store to read.")
-
-
-def _fail(e: QuicackError) -> None:
-    click.echo(f"error: {e}", err=True)
-    sys.exit(1)
 
 
 @click.group()
@@ -47,9 +31,9 @@ def main() -> None:
     packet captures into the same DuckDB store (analyze), which classifies each handshake
     (IACK / WFC) and replays its RTT and PTO per RFC 9002; write an HTML report (report);
     cross-check two views of one connection (compare); merge the stores of sharded scans
-    (merge); export the store (export).  Local servers with a chosen ACK behaviour (serve) and
-    real third-party QUIC servers (peers) are for tests and demos; demo runs the whole path
-    offline on loopback.
+    (merge); export the store (export).  Local servers with a chosen ACK behaviour (serve),
+    real third-party QUIC servers (peers) and an impairment relay (testbed) are for experiments,
+    tests and demos; demo runs the whole path offline on loopback.
     """
 
 
@@ -66,11 +50,11 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
             early.close()
         raise
     total = sum(f.stat().st_size for f in files)
-    show = not quiet and _err().is_terminal and (len(files) > 1 or total > 20_000_000)
+    show = not quiet and console().is_terminal and (len(files) > 1 or total > 20_000_000)
     if not show:
         return ingest.analyze(files, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
                               dissection=early, jobs=jobs)
-    from quicack.progress import FileBar
+    from quicack.terminal import FileBar
     with FileBar(total) as bar:
         return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
                               quic_ports=quic_ports, dissection=early, jobs=jobs)
@@ -113,7 +97,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
     try:
         summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs)
     except QuicackError as e:
-        _fail(e)
+        fail(e)
     _print_summary(summary, db)
     state = click.get_current_context().find_root().obj
     if state is not None:
@@ -154,13 +138,13 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
             for w in r.warnings:
                 click.echo(f"warning: {w}", err=True)
             if r.error:
-                _fail(QuicackError(r.error))
+                fail(QuicackError(r.error))
         if results[1].status == "unchanged":
-            _fail(QuicackError("A and B hold the same bytes: nothing to compare", b))
+            fail(QuicackError("A and B hold the same bytes: nothing to compare", b))
         try:
             pairs = compare_files(store.con, 1, 2, tolerance_ms, strict)
         except QuicackError as e:
-            _fail(e)
+            fail(e)
     from quicack.report import text
     for line in text.compared_lines(pairs, limit):
         click.echo(line)
@@ -182,7 +166,7 @@ def export(db, directory, qlog_path, connections):
     if not directory and not qlog_path:
         raise click.UsageError("give --parquet DIR and/or --qlog FILE")
     if not Path(db).exists():
-        _fail(QuicackError("no such store", db))
+        fail(QuicackError("no such store", db))
     import orjson
 
     from quicack.store import qlogexport as qlogwriter
@@ -202,7 +186,7 @@ def export(db, directory, qlog_path, connections):
                 click.echo(f"wrote {len(ids)} connection{'s' if len(ids) != 1 else ''} as qlog {qlogwriter.QLOG_VERSION} "
                            f"to {qlog_path}")
     except QuicackError as e:
-        _fail(e)
+        fail(e)
 
 
 @main.command()
@@ -222,14 +206,14 @@ def report(db, out, open_browser, max_connections):
     from quicack.report import document as report_module  # plotly loads only for reports
     from quicack.store.database import Store
     if not Path(db).exists():
-        _fail(QuicackError("no such store", db))
+        fail(QuicackError("no such store", db))
     out = out or str(Path("reports") / (Path(db).stem + ".html"))
     try:
         with Store(db, read_only=True) as store:
             written = report_module.write_report(store, out, now=datetime.now().astimezone(),
                                                  max_connections=max_connections)
     except QuicackError as e:
-        _fail(e)
+        fail(e)
     size = Path(out).stat().st_size
     click.echo(f"report: {out} ({size / 1e6:.1f} MB, {written.figures} plots; {_drawn(written)})")
     if open_browser:
@@ -263,63 +247,9 @@ def demo(db, quiet, with_peers):
         peer_failures = steps.ready_peers(db, click.echo, lambda m: click.echo(m, err=True)) if with_peers else []
         out, written = steps.report(db)
     except QuicackError as e:
-        _fail(e)
+        fail(e)
     click.echo(f"report: {out} ({written.figures} plots; {_drawn(written)})")
     sys.exit(1 if summary.count("refused") or result.ingest_failures or peer_failures else 0)
-
-
-# --- serve -----------------------------------------------------------------------------------
-
-@main.command()
-@click.option("--mode", type=click.Choice(SERVE_MODES), default="wfc", show_default=True,
-              help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
-                   "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
-                   "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
-@click.option("--cert-delay-ms", type=float, default=0.0, show_default=True,
-              help="Time the ServerHello waits for the certificate (a remote certificate store).")
-@click.option("--extra-delay-ms", type=float, default=0.0, show_default=True,
-              help="Delay added to every datagram the server sends (a longer return path).")
-@click.option("--listen", "listens", multiple=True, metavar="IP[:PORT]",
-              help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
-                   "extra_delay_ms, server_header): many listeners with a mix of behaviours.")
-@click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
-@click.option("--server-header", default=None,
-              help="HTTP `server` header to answer with  [default: quicack-serve/MODE aioquic/VERSION]")
-def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header):
-    """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
-
-    \b
-    quicack serve --mode iack --cert-delay-ms 20 --listen 127.0.0.2:4433
-    quicack serve --config scanners/demo-servers.toml
-    """
-    import asyncio
-
-    from quicack.lab import serve as serve_mod
-    try:
-        specs = serve_mod.load_config(config_path) if config_path else []
-        for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
-            host, port = serve_mod.parse_listen(listen)
-            spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
-                                          server_header=server_header)
-            serve_mod.check_spec(spec)
-            specs.append(spec)
-    except QuicackError as e:
-        _fail(e)
-
-    def ready(running) -> None:
-        for spec in running.specs:
-            click.echo(f"listening on {spec.describe()}")
-        click.echo("ready", err=True)
-        sys.stdout.flush()
-
-    try:
-        asyncio.run(serve_mod.serve_forever(specs, qlog_dir, ready))
-    except QuicackError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        pass
 
 
 # --- scan ------------------------------------------------------------------------------------
@@ -419,18 +349,18 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
     joins connections.  Re-running the same command resumes the run.  Ctrl-C stops cleanly
     (probes in flight finish); a second Ctrl-C stops at once.
     """
-    from quicack.progress import ScanBar
+    from quicack.terminal import ScanBar
     from quicack.scan import scanner, targets
     try:
         opts = _scan_options(ctx, list_path, given, targets.parse_resolve(list(resolve_values)),
                              parse_shard(shard_value))
     except QuicackError as e:
-        _fail(e)
-    with ScanBar(not quiet and _err().is_terminal, lambda line: click.echo(line, err=True)) as bar:
+        fail(e)
+    with ScanBar(not quiet and console().is_terminal, lambda line: click.echo(line, err=True)) as bar:
         try:
             summary = scanner.scan(opts, on_progress=bar.on_progress, on_start=bar.on_start)
         except QuicackError as e:
-            _fail(e)
+            fail(e)
         except KeyboardInterrupt:  # before probing started or after a second Ctrl-C
             click.echo("interrupted: re-run the same command to resume", err=True)
             sys.exit(130)
@@ -459,128 +389,13 @@ def merge(target, sources):
     try:
         added = merge_mod.merge(target, list(sources))
     except QuicackError as e:
-        _fail(e)
+        fail(e)
     click.echo(f"merged {len(sources)} stores into {target}: {added.get('probes', 0)} probes, "
                f"{added.get('connections', 0)} connections, {added.get('files', 0)} files")
 
 
-@main.group()
-def peers():
-    """Real third-party QUIC servers as local test peers (Caddy, ngtcp2, quic-go, quinn).
-
-    Debian packages are installed with apt-get (root); the quic-go and quinn servers are built
-    from tests/peers/ with go/cargo into ~/.cache/quicack/peers (or $QUICACK_PEERS_CACHE), keyed
-    by a hash of their sources and toolchain, so later builds are instant.
-    """
-
-
-def _peer_names(names) -> list[str]:
-    from quicack.lab import peers as peer_mod
-    try:
-        return [peer_mod.peer(n).name for n in names] or list(peer_mod.PEERS)
-    except QuicackError as e:
-        _fail(e)
-
-
-@peers.command("list")
-def peers_list():
-    """Each peer: its QUIC stack, how it is obtained, its qlog, how GSO is turned off, its state."""
-    from quicack.lab import peers as peer_mod
-    for p in peer_mod.PEERS.values():
-        click.echo(f"{p.name}: {p.stack}")
-        click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.apt_packages else
-                                                f" (tests/peers/{p.source})"))
-        click.echo(f"  qlog:     {p.qlog or 'none'}")
-        click.echo(f"  GSO off:  {p.gso_off}")
-        click.echo(f"  state:    {peer_mod.status(p.name)}")
-
-
-@peers.command("build")
-@click.argument("names", nargs=-1)
-def peers_build(names):
-    """Install or build peers NAMES (default: all) and print what each took."""
-    from quicack.lab import peers as peer_mod
-    for name in _peer_names(names):
-        try:
-            done = peer_mod.prepare(name, progress=lambda m: _err().print(f"  {m}"))
-        except QuicackError as e:
-            _fail(e)
-        click.echo(f"{name}: {done.action} in {done.seconds:.1f} s: {done.binary}")
-
-
-@peers.command("scan")
-@click.argument("names", nargs=-1)
-@DB_OPTION
-@click.option("--repetitions", "-n", type=click.IntRange(1, 255), default=3, show_default=True,
-              help="Probes per peer.")
-@click.option("--path", default="/", show_default=True, help="Path of the HTTP/3 GET (/64k.bin for a transfer).")
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Folder for the peers' files, the scans' qlog, keys and captures "
-                   "(default: DB-scans/peers next to the store).")
-@click.option("--all-repetitions", is_flag=True, help="Print every repetition's RTT samples, not only the first.")
-def peers_scan(names, db, repetitions, path, workdir, all_repetitions):
-    """Scan peers NAMES (default: all) with the scanner and a capture, ingest the capture and each
-    peer's own qlog into the store, and print the first-ACK-delay table and the server RTT
-    estimators' replay next to what each peer logged.
-
-    Each peer is started on loopback and probed as <name>.localhost (--resolve to its port),
-    exactly like `quicack scan --pcap … --allow-private`; `quicack report` shows the same tables."""
-    from quicack.lab import peers as peer_mod
-    from quicack.report import peers as peerviews
-    from quicack.store.database import Store
-    chosen = _peer_names(names)
-    base = Path(workdir) if workdir else peer_mod.workdir_for(db)
-    failed = False
-    runs = []
-    for name in chosen:
-        try:
-            done = peer_mod.scan(name, db, base / name, repetitions=repetitions, path=path,
-                                 progress=lambda m: _err().print(f"  {m}"))
-        except QuicackError as e:
-            _fail(e)
-        runs.append(done.run)
-        click.echo(f"{name}: run {done.run!r}: " + ", ".join(f"{k} {v}" for k, v in done.outcomes.items())
-                   + f"; capture {done.pcap}; server qlog: {len(done.server_qlogs)} file(s)")
-        for failure in done.failures:
-            failed = True
-            click.echo(f"error: {failure}", err=True)
-    with Store(db, read_only=True) as store:
-        click.echo()
-        click.echo(peerviews.format_first_ack_delays(peerviews.first_ack_delays(store, runs)))
-        click.echo(peerviews.format_rtt_comparison(peerviews.rtt_comparison(store, runs),
-                                                   None if all_repetitions else 1))
-    click.echo(f"store: {db}; why the logged values differ: schemas/README.md, rtt_samples")
-    sys.exit(1 if failed else 0)
-
-
-@peers.command("run")
-@click.argument("name")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to bind.")
-@click.option("--port", type=int, default=None, help="UDP port (default: a free one).")
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Folder for certificate, served files, qlog and log (default: a new temp folder).")
-def peers_run(name, host, port, workdir):
-    """Start peer NAME on loopback and keep it running until Ctrl-C."""
-    import time
-
-    from quicack.lab import peers as peer_mod
-    name = _peer_names([name])[0]
-    try:
-        with peer_mod.start(name, workdir, host=host, port=port,
-                            progress=lambda m: _err().print(f"  {m}")) as run:
-            click.echo(f"{name} serving HTTP/3 on {run.url} (SNI {run.server_name}, "
-                       f"self-signed {run.cert})")
-            click.echo(f"  qlog: {run.qlog_dir or 'none (this peer writes none)'}")
-            click.echo(f"  log:  {run.log}")
-            try:
-                while run.process.poll() is None:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
-    except QuicackError as e:
-        _fail(e)
-    if run.process.returncode not in (0, None, -2, -15):
-        _fail(QuicackError(f"{name} exited with status {run.process.returncode}", str(run.log)))
+for command in (labcli.serve, labcli.peers, labcli.testbed):
+    main.add_command(command)
 
 
 def run() -> None:

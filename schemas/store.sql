@@ -1,4 +1,4 @@
--- quicack store, schema version 3.
+-- quicack store, schema version 4.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 
@@ -307,4 +307,35 @@ CREATE TABLE IF NOT EXISTS probes (
     connection_id       BIGINT,
     worker              INTEGER,
     PRIMARY KEY (run_id, target_index, repetition)
+);
+
+-- Testbed relay (quicack testbed relay): one row per relay run, one per datagram it read.
+
+CREATE TABLE IF NOT EXISTS relay_runs (
+    relay_run_id     BIGINT PRIMARY KEY,
+    listen           VARCHAR NOT NULL,
+    upstream         VARCHAR NOT NULL,
+    seed             BIGINT NOT NULL,
+    config           JSON NOT NULL,
+    started_epoch_ms DOUBLE NOT NULL,
+    stopped_epoch_ms DOUBLE NOT NULL,
+    datagrams        BIGINT NOT NULL,
+    kernel_drops     BIGINT NOT NULL,
+    cpu_ms           DOUBLE NOT NULL,
+    quicack_version  VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS relay_datagrams (
+    relay_run_id         BIGINT NOT NULL,
+    arrival_index        BIGINT NOT NULL,
+    flow                 VARCHAR NOT NULL,
+    direction            VARCHAR NOT NULL,
+    datagram_index       BIGINT NOT NULL,
+    size_bytes           INTEGER NOT NULL,
+    quic_types           VARCHAR NOT NULL,
+    time_in_epoch_ms     DOUBLE NOT NULL,
+    planned_out_epoch_ms DOUBLE,
+    time_out_epoch_ms    DOUBLE,
+    dropped_reason       VARCHAR,
+    PRIMARY KEY (relay_run_id, arrival_index)
 );

@@ -119,9 +119,9 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_graph_sees_imports_inside_functions():
-    """The reader of imports is not blind: a function-level import is an edge (cli imports the
+    """The reader of imports is not blind: a function-level import is an edge (labcli imports the
     lab inside its commands), a TYPE_CHECKING import is not."""
-    assert "quicack.lab.serve" in GRAPH["quicack.cli"][0]
+    assert "quicack.lab.serve" in GRAPH["quicack.labcli"][0]
     assert "quicack.store.transaction" in GRAPH["quicack.store.database"][0]
     assert "quicack.pcap.tshark" not in GRAPH["quicack.store.database"][0]  # (TYPE_CHECKING only)
 

@@ -261,14 +261,6 @@ def _frame_number(text: str | None) -> int | None:
         return None
 
 
-def _frame_number(text: str | None) -> int | None:
-    """tshark's frame number (TRY_CAST: NULL if it is not one)."""
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
-
-
 def ports_to_force(con: duckdb.DuckDBPyConnection) -> list[int]:
     """QUIC server ports (a ClientHello was sent to them) that also carry UDP datagrams tshark did
     not take for QUIC — e.g. a connection whose handshake the capture missed: tshark's heuristics

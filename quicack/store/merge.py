@@ -20,7 +20,7 @@ from quicack.store.schema import table_names
 from quicack.store.sqltext import quote
 
 #: surrogate keys and the table that numbers them
-KEYS = {"file_id": "files", "connection_id": "connections", "run_id": "runs"}
+KEYS = {"file_id": "files", "connection_id": "connections", "run_id": "runs", "relay_run_id": "relay_runs"}
 
 
 def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:

@@ -1,17 +1,37 @@
-"""Progress on stderr for long work: bytes of files analyzed, probes of a scan.
+"""What the command-line modules share: the --db options, the error line, progress on stderr.
 
-Theory of operation: the Python API reports progress through callbacks (``progress(path, n)``
-of :func:`quicack.analyze`, ``on_start``/``on_progress`` of a scan); the classes here turn them
-into rich progress bars on stderr, drawn only when stderr is a terminal and the work is long
-enough to be worth one.  rich loads when a bar is made, not when the command line starts.
+Theory of operation: :mod:`quicack.cli` (the data path's commands) and :mod:`quicack.labcli`
+(local servers, peers, the testbed) print through click; a user's error is one line
+``error: …`` on stderr and exit status 1 (:func:`fail`).  The Python API reports progress
+through callbacks (``progress(path, n)`` of :func:`quicack.analyze`, ``on_start``/``on_progress``
+of a scan); the classes here turn them into rich progress bars on stderr, drawn only when stderr
+is a terminal and the work is long enough to be worth one.  rich loads when a bar is made, not
+when the command line starts.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+
+import click
+
+from quicack.model import QuicackError
+
+DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
+                         type=click.Path(dir_okay=False),
+                         help="DuckDB store to write (created if missing).")
+READ_DB_OPTION = click.option("--db", default="quicack.duckdb", show_default=True,
+                              type=click.Path(dir_okay=False), help="DuckDB store to read.")
+
+
+def fail(e: QuicackError) -> None:
+    """A user's error: one line on stderr, exit status 1."""
+    click.echo(f"error: {e}", err=True)
+    sys.exit(1)
 
 
 @cache
