@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from quicack.scan import targets
 from quicack.scan.options import Job, ScanOptions, in_shard
+from quicack.scan import resolver as resolver_module
 from quicack.scan.resolver import Resolver
 from quicack.store import scantables
 
@@ -52,7 +53,7 @@ async def dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
 
     async def prepare(target: targets.Target, pending: tuple[int, ...]) -> None:
         job = Job(target.index, target.domain, target.rank, "", 0, pending)
-        refusal = policy.refuse_name(target.domain)
+        refusal = ("invalid_name", target.invalid) if target.invalid else policy.refuse_name(target.domain)
         if refusal is None:
             found = await resolver.resolve(target.domain)
             if isinstance(found, str):
@@ -77,8 +78,10 @@ async def dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
         pending = tuple(r for r in reps if (target.index, r) not in done)
         if not pending:
             continue
-        while (inflight() + len(resolving) >= window or writer.backlog > 4 * opts.batch_size
-               + window) and not stop.is_set():
+        # (lookups are counted apart from probes: a name that takes seconds to fail must not
+        # hold a probe's place; see quicack.scan.resolver)
+        while (inflight() >= window or len(resolving) >= resolver_module.LOOKUPS
+               or writer.backlog > 4 * opts.batch_size + window) and not stop.is_set():
             await asyncio.sleep(0.01)
             check()
         if stop.is_set():
@@ -86,5 +89,8 @@ async def dispatch(opts: ScanOptions, run_id: int, reader_con, submit: Callable,
         task = asyncio.get_running_loop().create_task(prepare(target, pending))
         resolving.add(task)
         task.add_done_callback(resolving.discard)
-    if resolving:
-        await asyncio.gather(*list(resolving))
+    try:
+        if resolving:
+            await asyncio.gather(*list(resolving))
+    finally:
+        resolver.close()

@@ -4,7 +4,10 @@ Theory of operation: a target list is never held in memory.  :func:`read_list` y
 :class:`Target` per usable line with its 0-based position among targets (``index``, stable
 across runs of the same file, which is what resume and the connection-ID tag use) and the
 line number for messages.  Accepted inputs: a Tranco list (``rank,domain`` CSV, also inside a
-``.zip``), or a plain list (one name or address per line; ``#`` starts a comment).
+``.zip``), or a plain list (one name or address per line; ``#`` starts a comment).  Each name is
+checked as it is read (:func:`quicack.scan.hostname.check`): a usable one becomes its A-label
+form, one that is not a host name keeps its text and the reason (``invalid``), and the scan
+records it with outcome ``invalid_name`` instead of stopping.
 
 Addresses come from ``--resolve NAME=IP[:PORT]``, a hosts file (``ADDRESS NAME…``, port 443)
 or the system resolver.  :class:`Policy` decides what may be probed: exclusions (addresses,
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quicack.model import QuicackError
+from quicack.scan import hostname
 
 DEFAULT_PORT = 443
 
@@ -29,9 +33,15 @@ DEFAULT_PORT = 443
 @dataclass(frozen=True)
 class Target:
     index: int
+    #: the name as DNS and TLS carry it (A-label, lower case), or as written when ``invalid``
     domain: str
     rank: int | None
     line: int
+    #: why the line names no host (outcome ``invalid_name``), None for a usable name
+    invalid: str | None = None
+
+#: Longest text of an invalid name kept for its row.
+KEPT_TEXT = 300
 
 
 def _lines(path: Path) -> Iterator[str]:
@@ -69,8 +79,8 @@ def read_list(path: str | Path) -> Iterator[Target]:
                 else:
                     raise QuicackError(f"expected 'rank,domain', got {raw.strip()!r}", str(path),
                                        f"line {number}")
-            name = line.split()[0].rstrip(".").lower()
-            yield Target(index, name, rank, number)
+            name, why = hostname.check(line)
+            yield Target(index, name or line[:KEPT_TEXT], rank, number, why)
             index += 1
     except (OSError, zipfile.BadZipFile) as e:
         raise QuicackError(f"cannot read: {e}", str(path)) from None
@@ -107,8 +117,13 @@ def parse_resolve(values: list[str]) -> dict[str, tuple[str, int]]:
         name, sep, address = value.partition("=")
         if not sep or not name:
             raise QuicackError(f"--resolve expects NAME=IP[:PORT], got {value!r}")
-        out[name.strip().rstrip(".").lower()] = parse_address(address.strip())
+        out[_key(name)] = parse_address(address.strip())
     return out
+
+
+def _key(name: str) -> str:
+    """A name of --resolve or a hosts file as the list's names are kept (A-label form)."""
+    return hostname.check(name)[0] or name.strip().rstrip(".").lower()
 
 
 def read_hosts(path: str | Path) -> dict[str, tuple[str, int]]:
@@ -129,7 +144,7 @@ def read_hosts(path: str | Path) -> dict[str, tuple[str, int]]:
         if len(fields) < 2:
             raise QuicackError("an address without a name", str(path), f"line {number}")
         for name in fields[1:]:
-            out.setdefault(name.rstrip(".").lower(), (address, DEFAULT_PORT))
+            out.setdefault(_key(name), (address, DEFAULT_PORT))
     return out
 
 
