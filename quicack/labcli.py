@@ -33,11 +33,17 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
-                   "extra_delay_ms, server_header): many listeners with a mix of behaviours.")
+                   "extra_delay_ms, server_header, cert_chain_length, response_bytes): many "
+                   "listeners with a mix of behaviours.")
 @click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
 @click.option("--server-header", default=None,
               help="HTTP `server` header to answer with  [default: quicack-serve/MODE aioquic/VERSION]")
-def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header):
+@click.option("--cert-chain-length", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="Certificates in the server's first flight: the leaf, its issuers, a root.")
+@click.option("--response-bytes", type=click.IntRange(0, None), default=None,
+              help="Answer every GET with this many bytes (a path /N asks for N)  [default: one line]")
+def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header,
+          cert_chain_length, response_bytes):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -52,7 +58,8 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
             host, port = serve_mod.parse_listen(listen)
             spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
-                                          server_header=server_header)
+                                          server_header=server_header, cert_chain_length=cert_chain_length,
+                                          response_bytes=response_bytes)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:
@@ -254,3 +261,45 @@ def relay(db, **options):
     for line in records.summary_lines():
         click.echo(line)
     click.echo(f"relay run {run_id}: {len(records)} datagrams stored in {db}")
+
+
+@testbed.command("run")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@DB_OPTION
+@click.option("--repetitions", "-n", type=click.IntRange(1, None), default=None,
+              help="Attempts per cell  [default: the experiment's repetitions]")
+@click.option("--limit", type=click.IntRange(0, None), default=None,
+              help="Make at most this many attempts now (a later run continues).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the qlogs  [default: <store>-testbed/<experiment> next to the store]")
+@click.option("--quiet", "-q", is_flag=True, help="No line per attempt.")
+def testbed_run(experiment, db, repetitions, limit, workdir, quiet):
+    """Run an experiment (experiments/*.toml): servers × clients × one-way delays × scenarios ×
+    repetitions through the impairment relay, one attempt at a time; each attempt a row in
+    testbed_runs, both ends' qlogs ingested. Re-running the same command continues a run that was
+    stopped (Ctrl-C, kill) where it was.
+
+    \b
+    quicack testbed run experiments/instant-ack.toml --db ia.duckdb
+    """
+    from quicack.lab import runner, testbedrows
+    from quicack.report.text import table
+    from quicack.store.database import Store
+
+    say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    try:
+        summary = runner.run(experiment, db, repetitions, limit, say, workdir)
+    except QuicackError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the attempts made so far are stored; run the same command to "
+                   "continue", err=True)
+        sys.exit(130)
+    outcomes = ", ".join(f"{k} {v}" for k, v in summary.outcomes.most_common()) or "none"
+    click.echo(f"experiment {summary.experiment!r}: {summary.stored} attempts made and stored in "
+               f"{summary.seconds:.1f} s (outcomes: {outcomes}); {summary.stored_before + summary.stored} "
+               f"of {summary.total} stored in {db}" + ("" if summary.complete else "; run again to continue"))
+    with Store(db, read_only=True) as store:
+        columns, rows = testbedrows.medians(store.con, summary.experiment, summary.scenarios)
+    for line in table("median TTFB and client first PTO (ms) of the completed attempts:", columns, rows):
+        click.echo(line)

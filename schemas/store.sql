@@ -1,4 +1,4 @@
--- quicack store, schema version 4.
+-- quicack store, schema version 5.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 
@@ -338,4 +338,39 @@ CREATE TABLE IF NOT EXISTS relay_datagrams (
     time_out_epoch_ms    DOUBLE,
     dropped_reason       VARCHAR,
     PRIMARY KEY (relay_run_id, arrival_index)
+);
+
+-- Testbed experiments (quicack testbed run; schema version 5): one row per connection attempt.
+
+CREATE TABLE IF NOT EXISTS testbed_runs (
+    experiment                   VARCHAR NOT NULL,
+    scenario                     VARCHAR NOT NULL,
+    server                       VARCHAR NOT NULL,
+    client                       VARCHAR NOT NULL,
+    one_way_delay_ms             DOUBLE NOT NULL,
+    repetition                   INTEGER NOT NULL,
+    drop_to_client               VARCHAR,
+    drop_to_server               VARCHAR,
+    cert_chain_length            INTEGER NOT NULL,
+    cert_delay_ms                DOUBLE NOT NULL,
+    response_bytes               BIGINT,
+    outcome                      VARCHAR NOT NULL,
+    error_reason                 VARCHAR,
+    started_epoch_ms             DOUBLE,
+    ttfb_ms                      DOUBLE,
+    handshake_ms                 DOUBLE,
+    client_first_pto_ms          DOUBLE,
+    client_pto_count             INTEGER,
+    server_pto_count             INTEGER,
+    client_retransmitted_packets INTEGER,
+    server_retransmitted_packets INTEGER,
+    certificates_received        INTEGER,
+    response_bytes_received      BIGINT,
+    client_connection_id         BIGINT,
+    server_connection_id         BIGINT,
+    relay_run_id                 BIGINT,
+    relay_flow                   VARCHAR,
+    client_qlog_path             VARCHAR,
+    server_qlog_path             VARCHAR,
+    PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );

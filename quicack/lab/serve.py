@@ -36,6 +36,9 @@ a v1 client gets a Version Negotiation packet).
 
 ``extra_delay_ms`` delays every datagram the listener sends (a longer return path; loopback has
 no netem). The ``server`` response header names the behaviour, so a probe records what it met.
+For the testbed: ``cert_chain_length`` sends a chain of that many certificates (a longer first
+flight, :func:`quicack.lab.certificate.chain`), ``response_bytes`` or a path ``/N`` makes the
+response body N bytes long, and PTO expiries are logged (:mod:`quicack.lab.ptolog`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from quicack.lab import certificate
+from quicack.lab.ptolog import LoggedPto
 from quicack.core import recovery
 from quicack.scan import rxtime
 from quicack.scan import targets
@@ -80,6 +84,7 @@ from quicack.model import QuicackError
 #: (``extra_delay_ms``) would resend its whole first flight before the client's ACK could
 #: arrive; like the scanner, a listener starts with the RFC's 1 s PTO.
 INITIAL_RTT_S = recovery.FIRST_PTO_MS / 1000.0 / 2
+MAX_RESPONSE_BYTES = 64 << 20  # the longest response body a path /N may ask for
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class ListenerSpec:
     ack_delay_ms: float = 1.0
     #: the HTTP `server` header; None: quicack-serve/MODE aioquic/VERSION
     server_header: str | None = None
+    #: certificates sent in the server's first flight: the leaf and its issuers up to a root
+    cert_chain_length: int = 1
+    #: the response body's size (a path ``/N`` asks for N bytes); None: one line of text
+    response_bytes: int | None = None
 
     def describe(self) -> str:
         return (f"{self.host}:{self.port} mode {self.mode}, cert delay {self.cert_delay_ms:g} ms, "
@@ -111,7 +120,7 @@ def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
 def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
     ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``,
-    ``server_header``."""
+    ``server_header``, ``cert_chain_length``, ``response_bytes``."""
     from quicack.scan.campaign import read_toml
 
     doc = read_toml(path)
@@ -123,8 +132,8 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
         for listen in [listens] if isinstance(listens, str) else listens:
             host, port = parse_listen(listen)
             options = {k: table[k] for k in ("mode", "cert_delay_ms", "extra_delay_ms",
-                                             "ack_delay_exponent", "ack_delay_ms", "server_header")
-                       if k in table}
+                                             "ack_delay_exponent", "ack_delay_ms", "server_header",
+                                             "cert_chain_length", "response_bytes") if k in table}
             spec = ListenerSpec(host, port, **options)
             check_spec(spec, f"{path} listener {i + 1}")
             specs.append(spec)
@@ -138,6 +147,9 @@ def check_spec(spec: ListenerSpec, where: str = "") -> None:
         raise QuicackError(f"unknown mode {spec.mode!r}; modes: {', '.join(MODES)}", where or None)
     if spec.cert_delay_ms < 0 or spec.extra_delay_ms < 0:
         raise QuicackError("delays must not be negative", where or None)
+    if not (1 <= spec.cert_chain_length <= 32 and 0 <= (spec.response_bytes or 0) <= MAX_RESPONSE_BYTES):
+        raise QuicackError(f"cert_chain_length is from 1 to 32, response_bytes from 0 to {MAX_RESPONSE_BYTES}",
+                           where or None)
 
 
 # --- certificate ----------------------------------------------------------------------------
@@ -150,7 +162,7 @@ def self_signed(common_name: str = "quicack-serve") -> tuple[x509.Certificate, e
 
 # --- the connection -------------------------------------------------------------------------
 
-class ServerConnection(QuicConnection):
+class ServerConnection(LoggedPto, QuicConnection):
     """aioquic's server connection with a chosen first-flight behaviour (see module docstring)."""
 
     def __init__(self, *, spec: ListenerSpec, **kwargs):
@@ -302,8 +314,7 @@ class H3ServerProtocol(QuicConnectionProtocol):
         for h3_event in self._h3.handle_event(event):
             if isinstance(h3_event, HeadersReceived):
                 spec = self._spec
-                body = (f"quicack-serve mode={spec.mode} cert_delay_ms={spec.cert_delay_ms:g} "
-                        f"extra_delay_ms={spec.extra_delay_ms:g}\n").encode()
+                body = response_body(spec, dict(h3_event.headers).get(b":path", b"/"))
                 self._h3.send_headers(h3_event.stream_id, [
                     (b":status", b"200"),
                     (b"server", (spec.server_header if spec.server_header is not None
@@ -314,6 +325,18 @@ class H3ServerProtocol(QuicConnectionProtocol):
                 ])
                 self._h3.send_data(h3_event.stream_id, body, end_stream=True)
                 self.transmit()
+
+
+def response_body(spec: ListenerSpec, path: bytes) -> bytes:
+    """A line naming the listener's behaviour; repeated to N bytes when the path is ``/N``
+    (decimal, at most MAX_RESPONSE_BYTES) or else the listener has ``response_bytes = N``."""
+    text = (f"quicack-serve mode={spec.mode} cert_delay_ms={spec.cert_delay_ms:g} "
+            f"extra_delay_ms={spec.extra_delay_ms:g}\n").encode()
+    digits = path[1:]
+    size = spec.response_bytes
+    if path.startswith(b"/") and digits.isdigit() and len(digits) <= 9 and int(digits) <= MAX_RESPONSE_BYTES:
+        size = int(digits)
+    return text if size is None else (text * (size // len(text) + 1))[:size]
 
 
 class _DelayedTransport:
@@ -413,9 +436,10 @@ class Running:
             server.close()
 
 
-def _configuration(spec: ListenerSpec, cert, key, qlog_dir: Path | None) -> QuicConfiguration:
+def _configuration(spec: ListenerSpec, cert, key, qlog_dir: Path | None, chain=()) -> QuicConfiguration:
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN, certificate=cert,
                                private_key=key, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S)
+    config.certificate_chain = list(chain)  # (sent after the leaf: its issuers)
     if spec.mode == "vn":
         config.supported_versions = [QuicProtocolVersion.VERSION_2]
     if spec.mode == "alert":  # no ALPN in common: TLS alert no_application_protocol (120)
@@ -455,9 +479,13 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
         qlog_path.mkdir(parents=True, exist_ok=True)
     loop = asyncio.get_running_loop()
     running = Running(list(specs))
+    chains = {1: ([cert], key)}  # certificates (the leaf first) and the leaf's key, per length
     for spec in running.specs:
         check_spec(spec)
-        config = _configuration(spec, cert, key, qlog_path)
+        n = spec.cert_chain_length
+        certs, leaf_key = chains.get(n) or chains.setdefault(n, certificate.chain(
+            n, ("*.test", "localhost"), common_name="quicack-serve", organization="quicack test server"))
+        config = _configuration(spec, certs[0], leaf_key, qlog_path, certs[1:])
 
         clock = _ReceiveClock(loop)
 

@@ -2,7 +2,8 @@
 
 Theory of operation: each source is attached read-only and its rows are appended, table by
 table, in one transaction per source; the surrogate keys (``file_id``, ``connection_id``,
-``run_id``) are shifted past the ones already in the target, so every join keeps working.  A
+``run_id``, ``relay_run_id``, and columns naming one of them: :data:`REFERENCES`) are shifted
+past the ones already in the target, so every join keeps working.  A
 source must have this quicack's schema version (open it with ``quicack analyze`` once to
 upgrade it), and a run (name, shard) can only be merged once.
 """
@@ -21,6 +22,8 @@ from quicack.store.sqltext import quote
 
 #: surrogate keys and the table that numbers them
 KEYS = {"file_id": "files", "connection_id": "connections", "run_id": "runs", "relay_run_id": "relay_runs"}
+#: columns under another name that hold one of those keys (testbed_runs: both ends' connections)
+REFERENCES = {"client_connection_id": "connection_id", "server_connection_id": "connection_id"}
 
 
 def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
@@ -56,7 +59,9 @@ def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
                         columns = [r[0] for r in con.execute(
                             "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
                             "AND schema_name = 'main' AND table_name = ? ORDER BY column_index", [table]).fetchall()]
-                        select = ", ".join(f"{c} + {offsets[c]}" if c in KEYS else c for c in columns)
+                        key = {c: REFERENCES.get(c, c) for c in columns}
+                        select = ", ".join(f"{c} + {offsets[key[c]]}" if key[c] in KEYS else c
+                                           for c in columns)
                         n = con.execute(f"INSERT INTO main.{table} ({', '.join(columns)}) "
                                         f"SELECT {select} FROM src.{table}").fetchall()[0][0]
                         added[table] = added.get(table, 0) + n
