@@ -2,15 +2,18 @@
 
 Theory of operation: an experiment is servers × clients × one-way delays × scenarios ×
 repetitions (:meth:`Experiment.cells`: every combination but the repetition is a :class:`Cell`).
-A scenario is what the path and the server do besides the delay: drop lists per direction
-(quic-network-simulator's semantics, counted from 1 per flow and direction, see
-:mod:`quicack.core.impairment`), random loss, rate limits, jitter, the server's certificate chain
-length and certificate delay, and the response size.  The file::
+The servers are quicack's own (:data:`SERVE_SERVERS`) and real stacks by their peer name
+(:mod:`quicack.lab.stackservers`); the clients quicack's aioquic client and real stacks' clients
+(:data:`CLIENTS`, :mod:`quicack.lab.stackclients`).  A scenario is what the path and the server
+do besides the delay: drop lists per direction (quic-network-simulator's semantics, counted from
+1 per flow and direction, see :mod:`quicack.core.impairment`), random loss, rate limits, jitter,
+the server's certificate chain length and certificate delay (quicack's servers only: a real
+stack sends its one certificate when it is ready), and the response size.  The file::
 
     name = "instant-ack"            # optional; default: the file's name without .toml
     repetitions = 10
-    servers = ["serve-wfc", "serve-iack", "serve-iack-ping"]
-    clients = ["quicack"]
+    servers = ["serve-wfc", "serve-iack", "serve-iack-ping"]   # also peers: "quic-go", "quinn", …
+    clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn"
     one_way_delay_ms = [0.5, 4.5, 10, 50, 150]
     address = "127.0.0.1"           # loopback: where the servers and the relays listen
     cert_delay_ms = 5               # the defaults of every scenario's server settings
@@ -19,16 +22,24 @@ length and certificate delay, and the response size.  The file::
 
     [[scenario]]
     name = "client-second-flight-lost"
-    drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server
+    drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server or per client
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
     # cert_delay_ms, cert_chain_length, response_bytes, description
+
+A drop list may differ per server and per client, as the datagrams a stack sends do: a table
+whose keys are the scenario's servers gives one per server, one whose keys are the experiment's
+clients one per client (when both name the same set, the servers), and each of its values may
+again be such a table of the other kind — ``{ serve-wfc = "2", serve-iack = { quicack = "2",
+quic-go = "3" } }`` — or, for readability, a sub-table ``[scenario.drop_to_server]`` after the
+scenario's other keys.  :attr:`Scenario.drop_to_server` holds the result per (server, client).
 
 A file is checked whole before anything runs: an unknown key, a value of the wrong kind, a
 malformed drop list, an address outside loopback, a relay setting the relay refuses — each is
 refused with one line naming the file, the line and the key (:class:`QuicackError` with the
 position ``line N``).  tomllib gives no line numbers, so :func:`key_line` finds the key in the
-text: the line that assigns it in the right table (the N-th ``[[scenario]]``, or the top level).
+text: the line that assigns it in the right table (the N-th ``[[scenario]]``, or the top level;
+a ``[scenario.KEY]`` header assigns KEY).
 """
 
 from __future__ import annotations
@@ -44,8 +55,15 @@ from quicack.model import QuicackError
 
 #: quicack's own servers, by the name a ``testbed_runs`` row gives them, and their serve mode
 SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping"}
-#: clients: quicack's aioquic client (the scanner's probe)
-CLIENTS = ("quicack",)
+#: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients
+CLIENTS = ("quicack", "quic-go", "ngtcp2", "quinn")
+
+
+def server_names() -> tuple[str, ...]:
+    """Every server name: quicack's own, then the real stacks (:func:`quicack.lab.stackservers.names`)."""
+    from quicack.lab import stackservers
+
+    return tuple(SERVE_SERVERS) + stackservers.names()
 
 TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way_delay_ms", "address",
             "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "scenario")
@@ -66,6 +84,7 @@ def key_line(text: str, key: str, scenario: int | None = None) -> int | None:
     assigned there; None when not found."""
     section, count, header = None, -1, None
     pattern = re.compile(rf"""^\s*(["']?){re.escape(key)}\1\s*=""")
+    sub = re.compile(rf"""\[\s*scenario\s*\.\s*(["']?){re.escape(key)}\1\s*[.\]]""")
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if re.match(r"\[\[\s*scenario\s*\]\]", stripped):
@@ -73,6 +92,10 @@ def key_line(text: str, key: str, scenario: int | None = None) -> int | None:
             section = ("scenario", count)
             if count == scenario:
                 header = number
+        elif re.match(r"\[\s*scenario\s*\.", stripped) and section and section[0] == "scenario":
+            if sub.match(stripped) and count == scenario:
+                return number
+            section = ("scenario-sub", count)  # its keys are not the scenario's
         elif stripped.startswith("["):
             section = ("other", 0)
         elif pattern.match(line) and section == (None if scenario is None else ("scenario", scenario)):
@@ -82,14 +105,14 @@ def key_line(text: str, key: str, scenario: int | None = None) -> int | None:
 
 @dataclass(frozen=True, eq=False)
 class Scenario:
-    """What the path and the server do in one scenario (drop lists per server: ``""`` none);
-    compared and hashed as an object (cells of one experiment share it)."""
+    """What the path and the server do in one scenario (drop lists per (server, client): ``""``
+    none); compared and hashed as an object (cells of one experiment share it)."""
 
     name: str
     servers: tuple[str, ...]
     one_way_delay_ms: tuple[float, ...]
-    drop_to_client: dict[str, str]
-    drop_to_server: dict[str, str]
+    drop_to_client: dict[tuple[str, str], str]
+    drop_to_server: dict[tuple[str, str], str]
     cert_delay_ms: float
     cert_chain_length: int
     #: None: the server's one line of text (``GET /``)
@@ -109,17 +132,33 @@ class Cell:
 
     @property
     def drop_to_client(self) -> str:
-        return self.scenario.drop_to_client.get(self.server, "")
+        return self.scenario.drop_to_client.get((self.server, self.client), "")
 
     @property
     def drop_to_server(self) -> str:
-        return self.scenario.drop_to_server.get(self.server, "")
+        return self.scenario.drop_to_server.get((self.server, self.client), "")
 
     @property
-    def listener(self) -> tuple[str, float, int]:
-        """What the server must be: (serve mode, certificate delay, chain length)."""
+    def peer(self) -> bool:
+        """Whether the server is a real stack (a peer), not quicack serve."""
+        return self.server not in SERVE_SERVERS
+
+    @property
+    def cert_chain_length(self) -> int:
+        """Certificates the server sends: the scenario's, or a peer's one."""
+        return 1 if self.peer else self.scenario.cert_chain_length
+
+    @property
+    def cert_delay_ms(self) -> float:
+        """The server's added certificate delay: the scenario's; 0 for a peer (its own timing)."""
+        return 0.0 if self.peer else self.scenario.cert_delay_ms
+
+    @property
+    def listener(self) -> tuple[str, float, int] | None:
+        """What quicack's server must be: (serve mode, certificate delay, chain length); None
+        for a peer."""
         s = self.scenario
-        return SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length
+        return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length)
 
     def relay_options(self, listen: str, upstream: str, seed: int) -> dict:
         """Keyword arguments of :meth:`quicack.lab.relay.RelayConfig.from_options`."""
@@ -197,32 +236,61 @@ class _Reader:
             raise self.fail(f"{key}: a delay is given twice", key, scenario)
         return tuple(float(v) for v in value)
 
-    def drops(self, table: dict, key: str, servers: tuple[str, ...], scenario: int) -> dict[str, str]:
-        """``"2,3"``, ``[2, 3]`` or a table of one such list per server → server → ``"2,3"``."""
+    def drops(self, table: dict, key: str, servers: tuple[str, ...], clients: tuple[str, ...],
+              scenario: int) -> dict[tuple[str, str], str]:
+        """``"2,3"``, ``[2, 3]``, or a table of such lists per server or per client, each of
+        which may be a table of the other kind (module docstring) → (server, client) → ``"2,3"``."""
         value = table.get(key, "")
-        per_server = value if isinstance(value, dict) else {s: value for s in servers}
-        missing = [s for s in servers if s not in per_server]
-        extra = [s for s in per_server if s not in servers]
-        if missing or extra:
-            raise self.fail(f"{key}: a table of drop lists names each server of the scenario once "
-                            f"({', '.join(servers)}); " + (f"missing {', '.join(missing)}" if missing
-                                                           else f"not in the scenario: {', '.join(extra)}"),
-                            key, scenario)
         out = {}
-        for server, drops in per_server.items():
-            name = key if not isinstance(value, dict) else f"{key}.{server}"
-            if isinstance(drops, list):
-                if not all(isinstance(d, int) and not isinstance(d, bool) for d in drops):
-                    raise self.fail(f"{name} {drops!r}: expected datagram indexes counted from 1", key, scenario)
-                drops = ",".join(str(d) for d in drops)
-            if not isinstance(drops, str):
-                raise self.fail(f"{name} {drops!r}: expected a drop list such as \"2,3,4\"", key, scenario)
-            try:
-                indexes = parse_drops(drops, name)
-            except QuicackError as e:
-                raise self.fail(e.message, key, scenario) from None
-            out[server] = ",".join(str(i) for i in sorted(indexes))
+        for first, nested in self._level(value, key, servers, clients, scenario, None).items():
+            kind = "server" if first[0] == "server" else "client"
+            name = key if first[1] is None else f"{key}.{first[1]}"
+            for second, drops in self._level(nested, name, servers, clients, scenario, kind).items():
+                pairs = {"server": [], "client": []}
+                for level in (first, second):
+                    if level[1] is not None:
+                        pairs[level[0]] = [level[1]]
+                label = name if second[1] is None else f"{name}.{second[1]}"
+                text = self._drop_list(drops, label, key, scenario)
+                for server in pairs["server"] or servers:
+                    for client in pairs["client"] or clients:
+                        out[(server, client)] = text
         return out
+
+    def _level(self, value, name: str, servers: tuple[str, ...], clients: tuple[str, ...], scenario: int,
+               outer: str | None) -> dict[tuple[str, str | None], object]:
+        """One level of a drop table: (kind, name) → value; ('all', None) for a plain list."""
+        if not isinstance(value, dict):
+            return {("all", None): value}
+        key = name.split(".")[0]
+        kinds = [k for k in ("server", "client") if k != outer]
+        sets = {"server": servers, "client": clients}
+        for kind in kinds:
+            if set(value) == set(sets[kind]):
+                return {(kind, v): value[v] for v in sets[kind]}
+        if outer is not None and isinstance(next(iter(value.values()), None), dict):
+            raise self.fail(f"{name}: a drop table nests one level at most", key, scenario)
+        kind = max(kinds, key=lambda k: len(set(value) & set(sets[k])))
+        where = "the scenario" if kind == "server" else "the experiment"
+        missing = [v for v in sets[kind] if v not in value]
+        extra = [v for v in value if v not in sets[kind]]
+        raise self.fail(f"{name}: a table of drop lists names each {kind} of {where} once "
+                        f"({', '.join(sets[kind])}); " + (f"missing {', '.join(missing)}" if missing
+                                                         else f"not in {where}: {', '.join(extra)}"),
+                        key, scenario)
+
+    def _drop_list(self, drops, name: str, key: str, scenario: int) -> str:
+        if isinstance(drops, list):
+            if not all(isinstance(d, int) and not isinstance(d, bool) for d in drops):
+                raise self.fail(f"{name} {drops!r}: expected datagram indexes counted from 1", key, scenario)
+            drops = ",".join(str(d) for d in drops)
+        if not isinstance(drops, str):
+            raise self.fail(f"{name} {drops!r}: expected a drop list such as \"2,3,4\"", key, scenario)
+        try:
+            indexes = parse_drops(drops, name)
+        except QuicackError as e:
+            raise self.fail(e.message, key, scenario) from None
+        return ",".join(str(i) for i in sorted(indexes))
 
 
 def _address(reader: _Reader, doc: dict) -> str:
@@ -238,7 +306,7 @@ def _address(reader: _Reader, doc: dict) -> str:
     return str(address)
 
 
-def _scenario(reader: _Reader, table, index: int, top: dict, servers, delays) -> Scenario:
+def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, delays) -> Scenario:
     if not isinstance(table, dict):
         raise reader.fail("[[scenario]] must be a table", "scenario")
     reader.unknown(table, SCENARIO_KEYS, "in [[scenario]]", index)
@@ -246,7 +314,7 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, delays) ->
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise reader.fail(f"name {name!r}: every [[scenario]] needs a name (letters, digits, . _ -)",
                           "name", index)
-    mine = reader.names(table, "servers", servers, SERVE_SERVERS, index)
+    mine = reader.names(table, "servers", servers, server_names(), index)
     settings = {key: reader.number(table, key, top[key], 1 if key == "cert_chain_length" else 0, index,
                                    integer=key != "cert_delay_ms")
                 if table.get(key, top[key]) is not None else None for key in SERVER_KEYS}
@@ -263,8 +331,8 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, delays) ->
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
     return Scenario(name, mine, reader.delays(table, list(delays), index),
-                    reader.drops(table, "drop_to_client", mine, index),
-                    reader.drops(table, "drop_to_server", mine, index),
+                    reader.drops(table, "drop_to_client", mine, clients, index),
+                    reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
                     settings["response_bytes"], relay, description if isinstance(description, str) else "")
 
@@ -300,8 +368,8 @@ def load(path: str | Path) -> Experiment:
     name = doc.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise reader.fail(f"name {name!r}: expected a text", "name")
-    servers = reader.names(doc, "servers", tuple(SERVE_SERVERS), SERVE_SERVERS)
-    clients = reader.names(doc, "clients", CLIENTS, CLIENTS)
+    chosen = reader.names(doc, "servers", tuple(SERVE_SERVERS), server_names())
+    clients = reader.names(doc, "clients", CLIENTS[:1], CLIENTS)
     delays = reader.delays(doc, [0.0])
     top = {"cert_delay_ms": reader.number(doc, "cert_delay_ms", 0.0, 0),
            "cert_chain_length": reader.number(doc, "cert_chain_length", 1, 1, integer=True),
@@ -310,12 +378,12 @@ def load(path: str | Path) -> Experiment:
     tables = doc.get("scenario", [{"name": "default"}])
     if not isinstance(tables, list) or not tables:
         raise reader.fail("[[scenario]]: expected one or more tables", "scenario")
-    scenarios = tuple(_scenario(reader, t, i, top, servers, delays) for i, t in enumerate(tables))
+    scenarios = tuple(_scenario(reader, t, i, top, chosen, clients, delays) for i, t in enumerate(tables))
     for i, s in enumerate(scenarios):
         if s.name in [t.name for t in scenarios[:i]]:
             raise reader.fail(f"name {s.name!r}: two scenarios have this name", "name", i)
     experiment = Experiment(
-        path, name, reader.number(doc, "repetitions", 1, 1, integer=True), servers, clients,
+        path, name, reader.number(doc, "repetitions", 1, 1, integer=True), chosen, clients,
         _address(reader, doc), reader.number(doc, "seed", 0, 0, integer=True),
         float(reader.number(doc, "timeout_s", 10.0, 0, above=True)), scenarios,
         doc.get("description", "") if isinstance(doc.get("description", ""), str) else "")

@@ -9,7 +9,10 @@ server alike.  quicack's servers run for the whole invocation in one child proce
 per (mode, certificate delay, chain length) the plan needs (:class:`endpoints.ServerProcess`);
 each group starts one relay per server (:class:`quicack.lab.relay.RelayProcess`, a child
 process: its timing shares no interpreter) with the cell's delay and impairments, and the client
-(:func:`endpoints.attempt`, on this process's event loop) connects through it.  Each attempt is a
+connects through it: quicack's (:func:`endpoints.attempt`, on this process's event loop) or a
+real stack's, one child process per attempt (:func:`quicack.lab.stackclients.attempt`).  A real
+stack as server (a peer) runs for one group (:class:`quicack.lab.stackservers.PeerServers`): it
+is stopped before the group is stored, which flushes its qlog.  Each attempt is a
 new client address, hence a new flow of the relay: the drop lists count from 1 for every
 attempt.  Attempts run one at a time: on two cores, a second attempt in parallel would share
 them with the first one's server, relay and client and change the very timings measured.
@@ -17,9 +20,11 @@ them with the first one's server, relay and client and change the very timings m
 When a group is done (or stopped by ``limit`` or Ctrl-C) it is stored, while nothing is being
 measured: the relays stop (their records are written to ``relay_runs``/``relay_datagrams``),
 the servers' qlogs are awaited (a server writes one when its connection has ended: three PTOs
-after the client's CONNECTION_CLOSE, RFC 9000 §10.2), the clients' traces are written as one
-qlog file, every qlog is ingested — classified and replayed like any trace — and the group's
-rows are inserted with their figures (:func:`quicack.lab.testbedrows.insert`).  A run killed in
+after the client's CONNECTION_CLOSE, RFC 9000 §10.2), quicack's client's traces are written as
+one qlog file, every qlog is ingested — classified and replayed like any trace — and the group's
+rows are inserted with their figures (:func:`quicack.lab.testbedrows.insert`).  A real client's
+ODCID, which names quicack serve's qlog, is read from its ingested trace, and its relay flow is
+the one that began while its process ran (:func:`quicack.lab.stackclients.flows_by_time`).  A run killed in
 the middle of a group loses that group's attempts, which the next run makes again: each cell ×
 repetition is stored exactly once.  A resumed run whose experiment now gives a stored cell other
 settings (drop lists, chain length, certificate delay, response size) is refused.
@@ -36,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicack.core import gctuning
-from quicack.lab import endpoints, testbedrows
+from quicack.lab import endpoints, stackclients, stackservers, testbedrows
 from quicack.lab import experiment as experiments
 from quicack.lab.experiment import Cell, Experiment
 from quicack.model import QuicackError
@@ -56,6 +61,49 @@ class Group:
     @property
     def cells(self) -> list[Cell]:
         return list(dict.fromkeys(cell for cell, _ in self.todo))
+
+
+@dataclass
+class Made:
+    """One attempt as any client made it: what its row needs before the qlogs are ingested."""
+
+    cell: Cell
+    repetition: int
+    outcome: str
+    error_reason: str | None
+    started_epoch_ms: float | None
+    response_bytes: int | None
+    certificates: int | None
+    #: the relay's flow (None: found from the relay's records, :func:`stackclients.flows_by_time`)
+    flow: str | None
+    #: the ODCID (None: read from the client's ingested trace)
+    odcid: str | None
+    #: quicack's client: its trace (a dict); a real client: its qlog file
+    trace: dict | None = None
+    qlog: Path | None = None
+    #: a real client: its process's start and end (epoch ms); its own clock's figures (quinn)
+    window: tuple[float, float] | None = None
+    own: dict = field(default_factory=dict)
+    #: quicack's client: its source connection ID (quinn's server traces are keyed by it)
+    scid: str | None = None
+    #: the TTFB the client itself saw, when it says (for the progress line)
+    ttfb_ms: float | None = None
+
+    @classmethod
+    def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
+        r = one.result
+        return cls(cell, repetition, r.outcome,
+                   r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
+                   r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
+                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms)
+
+    @classmethod
+    def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
+        return cls(cell, repetition, one.outcome, one.error_reason, one.started_epoch_ms, one.response_bytes,
+                   one.certificates, None, one.odcid, qlog=one.qlog,
+                   window=(one.started_epoch_ms, one.ended_epoch_ms),
+                   own={"client_ttfb_ms": one.ttfb_ms, "client_handshake_ms": one.handshake_ms},
+                   ttfb_ms=one.ttfb_ms)
 
 
 @dataclass
@@ -83,8 +131,8 @@ def _cell_key(cell: Cell) -> tuple:
 
 def _settings(cell: Cell) -> dict:
     return {"drop_to_client": cell.drop_to_client or None, "drop_to_server": cell.drop_to_server or None,
-            "cert_chain_length": cell.scenario.cert_chain_length,
-            "cert_delay_ms": cell.scenario.cert_delay_ms, "response_bytes": cell.scenario.response_bytes}
+            "cert_chain_length": cell.cert_chain_length, "cert_delay_ms": cell.cert_delay_ms,
+            "response_bytes": cell.scenario.response_bytes}
 
 
 def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) -> list[Group]:
@@ -128,9 +176,12 @@ class _Invocation:
         self.experiment, self.store, self.summary = experiment, store, summary
         self.limit, self.progress = limit, progress
         self.client_dir = workdir / "client"
-        self.server_dir = workdir / "server" / time.strftime("%Y%m%dT%H%M%S")
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        self.server_dir = workdir / "server" / stamp
+        self.peer_dir = workdir / "peers" / stamp
         self.client_dir.mkdir(parents=True, exist_ok=True)
         self.ports: dict[tuple, int] = {}
+        self.programs: dict[str, Path] = {}
         self.loop = asyncio.new_event_loop()
 
     def listeners(self, groups: list[Group]) -> list:
@@ -139,32 +190,54 @@ class _Invocation:
         host = self.experiment.address
         for group in groups:
             for cell in group.cells:
-                if cell.listener not in self.ports:
+                if cell.listener is not None and cell.listener not in self.ports:
                     self.ports[cell.listener] = endpoints.free_port(host)
         return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain)
                 for (mode, cert_delay, chain), port in self.ports.items()]
 
+    def prepare_stacks(self, groups: list[Group]) -> None:
+        """Install or build the real clients and servers the plan needs, before anything is measured."""
+        from quicack.lab import peers
+
+        cells = [cell for group in groups for cell in group.cells]
+        for client in dict.fromkeys(cell.client for cell in cells):
+            if client != "quicack":
+                self.programs[client] = stackclients.binary(client, self.progress)
+        for server in dict.fromkeys(cell.server for cell in cells if cell.peer):
+            peers.prepare(server, self.progress)
+
     def warm_up(self) -> None:
-        """One attempt straight to a listener, not stored: the client's first connection pays for
-        lazy set-up (imports, OpenSSL look-ups) that would otherwise slow the first attempt."""
-        port = next(iter(self.ports.values()))
-        self.loop.run_until_complete(endpoints.attempt(self.experiment.address, port, "/", 5.0))
+        """One attempt of each client straight to a listener, not stored: a client's first
+        connection pays for lazy set-up (imports, OpenSSL look-ups, a binary's first load) that
+        would otherwise slow the first attempt."""
+        if not self.ports:
+            return
+        host, port = self.experiment.address, next(iter(self.ports.values()))
+        self.loop.run_until_complete(endpoints.attempt(host, port, "/", 5.0))
+        for client, program in self.programs.items():
+            stackclients.attempt(client, program, host, port, "/", 5.0, self.client_dir / "warm-up")
 
     def left(self) -> bool:
         return self.limit is None or self.summary.attempted < self.limit
 
     def run_group(self, group: Group) -> None:
-        """Relays up, the group's attempts, relays down, then everything stored."""
+        """Peers and relays up, the group's attempts, relays and peers down, then everything stored."""
         from quicack.lab.relay import RelayConfig, RelayProcess
 
         host = _host(self.experiment.address)
         relays: dict[str, RelayProcess] = {}
-        done: list[tuple[Cell, int, endpoints.Attempt]] = []
+        done: list[Made] = []
         interrupted = False
+        peer_cells = [cell for cell in group.cells if cell.peer]
+        sizes = {c.scenario.response_bytes for c in peer_cells if c.scenario.response_bytes is not None}
+        peers = stackservers.PeerServers(list(dict.fromkeys(c.server for c in peer_cells)), self.peer_dir,
+                                         self.experiment.address, sizes, self.progress)
         with contextlib.ExitStack() as stack:
+            stack.enter_context(peers)
             for cell in group.cells:
+                port = peers.ports[cell.server] if cell.peer else self.ports[cell.listener]
                 config = RelayConfig.from_options(**cell.relay_options(
-                    f"{host}:0", f"{host}:{self.ports[cell.listener]}", self.experiment.seed))
+                    f"{host}:0", f"{host}:{port}", self.experiment.seed))
                 relays[cell.server] = stack.enter_context(RelayProcess(config))
             try:
                 # no full collection of the runner's heap (DuckDB's, the store's) in an attempt
@@ -172,71 +245,134 @@ class _Invocation:
                     for cell, repetition in group.todo:
                         if not self.left():
                             break
-                        done.append((cell, repetition, self.attempt(cell, repetition, relays[cell.server])))
+                        done.append(self.attempt(cell, repetition, relays[cell.server]))
             except KeyboardInterrupt:
                 interrupted = True
         if done:
-            self.store_group(done, {server: relay.records for server, relay in relays.items()})
+            self.store_group(done, {server: relay.records for server, relay in relays.items()}, peers.qlogs)
         if interrupted:
             raise KeyboardInterrupt
 
-    def attempt(self, cell: Cell, repetition: int, relay) -> endpoints.Attempt:
+    def attempt(self, cell: Cell, repetition: int, relay) -> Made:
         summary = self.summary
         address, port = relay.address
-        one = self.loop.run_until_complete(endpoints.attempt(
-            address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition))
+        if cell.client == "quicack":
+            one = Made.from_probe(cell, repetition, self.loop.run_until_complete(endpoints.attempt(
+                address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition)))
+        else:
+            folder = self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
+                                                      f"{cell.server}_{repetition}")
+            one = Made.from_stack(cell, repetition, stackclients.attempt(
+                cell.client, self.programs[cell.client], address, port, _path(cell),
+                self.experiment.timeout_s, folder))
         summary.attempted += 1
-        summary.outcomes[one.result.outcome] += 1
-        r = one.result
-        took = f"ttfb {r.ttfb_ms:.1f} ms" if r.ttfb_ms is not None else (r.error_reason or r.timeout_phase or "")
+        summary.outcomes[one.outcome] += 1
+        took = (f"ttfb {one.ttfb_ms:.1f} ms" if one.ttfb_ms is not None else
+                f"{one.response_bytes} bytes" if one.outcome == "ok" else (one.error_reason or ""))
         self.progress(f"[{summary.stored_before + summary.attempted}/{summary.total}] {cell.scenario.name} "
                       f"{cell.one_way_delay_ms:g} ms {cell.server} {cell.client} #{repetition}: "
-                      f"{r.outcome} ({took})")
+                      f"{one.outcome} ({took})")
         return one
 
-    def store_group(self, done: list, records: dict) -> None:
+    def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]]) -> None:
         """Ingest both ends' qlogs, store the relays' records and the attempts' rows."""
+        deadline = time.monotonic() + SERVER_QLOG_WAIT_S
+        client_ids = self._ingest_clients(done)
+        self._find_flows(done, records)
+        relay_ids = {server: rec.write(self.store) for server, rec in records.items() if rec is not None}
+        server_ids, server_paths = self._match_peers(done, peer_qlogs)
+        rows = []
+        for i, one in enumerate(done):
+            cell = one.cell
+            if not cell.peer:
+                path = endpoints.wait_for_qlog(self.server_dir, one.odcid, deadline) if one.odcid else None
+                server_paths[i] = path
+                found = self._ingest(path, "server") if path else []
+                server_ids[i] = found[0] if found else None
+            rows.append(dict(
+                _settings(cell), **one.own, experiment=self.experiment.name, scenario=cell.scenario.name,
+                server=cell.server, client=cell.client, one_way_delay_ms=cell.one_way_delay_ms,
+                repetition=one.repetition, outcome=one.outcome, error_reason=one.error_reason,
+                started_epoch_ms=one.started_epoch_ms, certificates_received=one.certificates,
+                response_bytes_received=one.response_bytes, client_connection_id=client_ids.get(i),
+                server_connection_id=server_ids[i], relay_run_id=relay_ids.get(cell.server),
+                relay_flow=one.flow, client_qlog_path=str(one.qlog) if i in client_ids and one.qlog else None,
+                server_qlog_path=str(server_paths[i]) if server_paths[i] else None,
+                client_pto_source=stackclients.pto_source(cell.client),
+                server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
+        self.summary.stored += testbedrows.insert(self.store.con, rows)
+        self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "
+                      f"{done[0].cell.one_way_delay_ms:g} ms")
+
+    def _ingest_clients(self, done: list[Made]) -> dict[int, int]:
+        """Ingest the clients' traces: attempt index → client connection_id.  quicack's are
+        written as one batch file first; a real client's ODCID and start come from its trace."""
         import orjson
 
         from quicack.scan import batches
 
-        deadline = time.monotonic() + SERVER_QLOG_WAIT_S
-        traced = [a for _, _, a in done if a.result.trace is not None]
-        client_path, client_ids = None, {}
+        ids: dict[int, int] = {}
+        traced = [i for i, one in enumerate(done) if one.trace is not None]
         if traced:
-            client_path, _ = batches.write_batch(self.client_dir, [orjson.dumps(a.result.trace) for a in traced])
-            ids = self._ingest(client_path, "client")
-            client_ids = {id(a): ids.get(i) for i, a in enumerate(traced)}
-        relay_ids = {server: rec.write(self.store) for server, rec in records.items() if rec is not None}
-        rows = []
-        for cell, repetition, one in done:
-            server_path = endpoints.wait_for_qlog(self.server_dir, one.odcid, deadline)
-            server_id = self._ingest(server_path, "server").get(0) if server_path else None
-            r = one.result
-            rows.append(dict(
-                _settings(cell), experiment=self.experiment.name, scenario=cell.scenario.name,
-                server=cell.server, client=cell.client, one_way_delay_ms=cell.one_way_delay_ms,
-                repetition=repetition, outcome=r.outcome,
-                error_reason=r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
-                started_epoch_ms=r.started_epoch_ms or None, certificates_received=one.certificates,
-                response_bytes_received=r.response_bytes, client_connection_id=client_ids.get(id(one)),
-                server_connection_id=server_id, relay_run_id=relay_ids.get(cell.server),
-                relay_flow=one.flow, client_qlog_path=str(client_path) if id(one) in client_ids else None,
-                server_qlog_path=str(server_path) if server_path else None))
-        self.summary.stored += testbedrows.insert(self.store.con, rows)
-        self.progress(f"stored {len(rows)} attempts of {done[0][0].scenario.name}, "
-                      f"{done[0][0].one_way_delay_ms:g} ms")
+            path, _ = batches.write_batch(self.client_dir, [orjson.dumps(done[i].trace) for i in traced])
+            found = dict(self._ingest(path, "client", by_trace=True))
+            for n, i in enumerate(traced):
+                done[i].qlog = path
+                if found.get(n) is not None:
+                    ids[i] = found[n]
+        for i, one in enumerate(done):
+            if one.trace is None and one.qlog is not None:
+                found = self._ingest(one.qlog, "client")
+                if found:
+                    ids[i] = found[0]
+                    odcid, first_sent = self.store.con.execute("""
+                        SELECT c.odcid, (SELECT min(epoch_ms) FROM packets p WHERE p.connection_id = c.connection_id
+                                         AND p.direction = 'sent')
+                        FROM connections c WHERE c.connection_id = ?""", [ids[i]]).fetchall()[0]
+                    one.odcid = one.odcid or odcid
+                    one.started_epoch_ms = first_sent or one.started_epoch_ms
+        return ids
 
-    def _ingest(self, path: Path, vantage: str) -> dict[int, int]:
-        """Ingest one qlog; its connections of that vantage point by trace index."""
+    def _find_flows(self, done: list[Made], records: dict) -> None:
+        """A real client's relay flow: the one that began while its process ran."""
+        for server, rec in records.items():
+            mine = [one for one in done if one.flow is None and one.window and one.cell.server == server]
+            if rec is not None and mine:
+                for one, flow in zip(mine, stackclients.flows_by_time(rec, [one.window for one in mine])):
+                    one.flow = flow
+
+    def _match_peers(self, done: list[Made], peer_qlogs: dict[str, list[Path]]) -> tuple[list, list]:
+        """Ingest each peer's qlog files; their server connections matched to the attempts."""
+        ids: list[int | None] = [None] * len(done)
+        paths: list[Path | None] = [None] * len(done)
+        for server, files in peer_qlogs.items():
+            found = []  # (connection_id, odcid, group_id, path, first event)
+            for path in files:
+                for connection_id in self._ingest(path, "server"):
+                    found.append((connection_id, *self.store.con.execute(
+                        "SELECT odcid, group_id, ? AS path, first_event_epoch_ms FROM connections "
+                        "WHERE connection_id = ?", [str(path), connection_id]).fetchall()[0]))
+            # in the order they began (a file per connection: its name is no order)
+            found.sort(key=lambda conn: (conn[4] is None, conn[4] or 0, conn[0]))
+            mine = [i for i, one in enumerate(done) if one.cell.server == server]
+            matched = stackservers.match([conn[:3] for conn in found],
+                                         [(done[i].odcid, done[i].scid) for i in mine])
+            where = {conn[0]: Path(conn[3]) for conn in found}
+            for i, connection_id in zip(mine, matched):
+                ids[i], paths[i] = connection_id, where.get(connection_id)
+        return ids, paths
+
+    def _ingest(self, path: Path, vantage: str, by_trace: bool = False) -> list:
+        """Ingest one qlog; its connections of that vantage point in the order stored (a stream
+        may hold several, quinn's by group_id), or (trace index, connection) pairs."""
         result = self.store.ingest(path)
         if result.file_id is None:
             self.progress(f"warning: {path}: not ingested: {result.error}")
-            return {}
+            return []
         found = self.store.con.execute(
-            "SELECT trace_index, connection_id FROM connections WHERE file_id = ? AND vantage = ?",
-            [result.file_id, vantage]).fetchall()
-        return dict(found)
+            "SELECT trace_index, connection_id FROM connections WHERE file_id = ? AND vantage = ? "
+            "ORDER BY connection_id", [result.file_id, vantage]).fetchall()
+        return found if by_trace else [connection_id for _, connection_id in found]
 
 
 def default_workdir(db: str | Path, name: str) -> Path:
@@ -270,7 +406,10 @@ def run(path: str | Path, db: str | Path, repetitions: int | None = None, limit:
             quiet_aioquic()
             invocation = _Invocation(experiment, store, summary.workdir, summary, limit, say)
             try:
-                with endpoints.ServerProcess(invocation.listeners(groups), invocation.server_dir):
+                invocation.prepare_stacks(groups)
+                listeners = invocation.listeners(groups)
+                with (endpoints.ServerProcess(listeners, invocation.server_dir) if listeners
+                      else contextlib.nullcontext()):
                     invocation.warm_up()
                     for group in groups:
                         if not invocation.left():

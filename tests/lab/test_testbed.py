@@ -210,8 +210,8 @@ def test_an_experiment_is_a_matrix(tmp_path):
      "missing serve-iack"),
     (("repetitions = 2", 'repetitions = 2\naddress = "192.0.2.1"'), 2,
      "address '192.0.2.1': the testbed uses loopback addresses only (127.0.0.0/8, ::1)"),
-    (('servers = ["serve-wfc", "serve-iack"]', 'servers = ["serve-wfc", "quic-go"]'), 2,
-     "servers: unknown server 'quic-go'; known: serve-wfc, serve-iack, serve-iack-ping"),
+    (('servers = ["serve-wfc", "serve-iack"]', 'servers = ["serve-wfc", "nginx"]'), 2,
+     "servers: unknown server 'nginx'; known: serve-wfc, serve-iack, serve-iack-ping, "),  # then the peers
     (('name = "lossy"', 'name = "plain"'), 9, "name 'plain': two scenarios have this name"),
 ])
 def test_a_bad_experiment_is_refused_with_file_line_and_key(tmp_path, change, line, message):

@@ -6,10 +6,11 @@
 // TLS key exchange groups (in Go's fixed order of preference): a server limited to a group the
 // client supports but sent no key share for answers with a HelloRetryRequest.
 //
-// With -get URL it is a client instead: it fetches URL over HTTP/3 (trusting -ca), prints the
-// status and the body's length, writes <odcid>_client.sqlog under QLOGDIR (and its TLS secrets
-// to -keylog) and exits; its Go
-// TLS stack sends a key share for its first group only. Set
+// With -get URL it is a client instead: it fetches URL over HTTP/3 (trusting -ca, or with
+// -insecure no certificate check at all, as quicack's testbed client does), prints the status,
+// the body's length and the certificates received ("200 OK 10240 bytes 1 certificates"), writes
+// <odcid>_client.sqlog under QLOGDIR (and its TLS secrets to -keylog) and exits, within -timeout
+// (also its handshake idle timeout); its Go TLS stack sends a key share for its first group only. Set
 // QUIC_GO_DISABLE_GSO=true so captures on loopback see one QUIC datagram per frame (quicack
 // KNOWLEDGE §5). Prints "listening on ADDR" once the socket is bound; on SIGTERM/SIGINT it
 // closes every connection (which ends and flushes their qlog traces) and exits.
@@ -42,12 +43,14 @@ func main() {
 	get := flag.String("get", "", "client mode: fetch this https:// URL over HTTP/3, then exit")
 	ca := flag.String("ca", "", "client mode: the certificate (PEM) to trust")
 	keylog := flag.String("keylog", "", "client mode: append the TLS secrets to this file (NSS key log)")
+	insecure := flag.Bool("insecure", false, "client mode: accept any certificate (no -ca needed)")
+	timeout := flag.Duration("timeout", 20*time.Second, "client mode: give up after this long")
 	flag.Parse()
 	if *get != "" {
-		if *ca == "" {
-			log.Fatal("usage: quic-go-h3-server -get URL -ca PEM [-curves LIST] [-keylog FILE]")
+		if *ca == "" && !*insecure {
+			log.Fatal("usage: quic-go-h3-server -get URL (-ca PEM | -insecure) [-curves LIST] [-keylog FILE] [-timeout D]")
 		}
-		if err := fetch(*get, *ca, mustCurves(*curves), *keylog); err != nil {
+		if err := fetch(*get, *ca, *insecure, *timeout, mustCurves(*curves), *keylog); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -102,9 +105,12 @@ func withCurves(c *tls.Config, curves []tls.CurveID) *tls.Config {
 	return c
 }
 
-// fetch GETs url over HTTP/3 and prints "STATUS N bytes".
-func fetch(url, caFile string, curves []tls.CurveID, keylog string) error {
-	config := &tls.Config{RootCAs: mustRoots(caFile), CurvePreferences: curves, MinVersion: tls.VersionTLS13}
+// fetch GETs url over HTTP/3 and prints "STATUS N bytes C certificates".
+func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tls.CurveID, keylog string) error {
+	config := &tls.Config{CurvePreferences: curves, MinVersion: tls.VersionTLS13, InsecureSkipVerify: insecure}
+	if !insecure {
+		config.RootCAs = mustRoots(caFile)
+	}
 	if keylog != "" {
 		f, err := os.OpenFile(keylog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {
@@ -115,9 +121,10 @@ func fetch(url, caFile string, curves []tls.CurveID, keylog string) error {
 	}
 	tr := &http3.Transport{
 		TLSClientConfig: config,
-		QUICConfig:      &quic.Config{Tracer: qlog.DefaultConnectionTracer, MaxIdleTimeout: 30 * time.Second},
+		QUICConfig: &quic.Config{Tracer: qlog.DefaultConnectionTracer, MaxIdleTimeout: 30 * time.Second,
+			HandshakeIdleTimeout: timeout},
 	}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	client := &http.Client{Transport: tr, Timeout: timeout}
 	resp, err := client.Get(url)
 	if err != nil {
 		tr.Close()
@@ -131,6 +138,10 @@ func fetch(url, caFile string, curves []tls.CurveID, keylog string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s %d bytes\n", resp.Status, len(body))
+	certificates := 0
+	if resp.TLS != nil {
+		certificates = len(resp.TLS.PeerCertificates)
+	}
+	fmt.Printf("%s %d bytes %d certificates\n", resp.Status, len(body), certificates)
 	return nil
 }

@@ -5,6 +5,10 @@
 //! so that captures on loopback see one QUIC datagram per frame (quicack KNOWLEDGE §5).
 //! Prints `listening on ADDR` once the socket is bound; exits on SIGTERM/SIGINT after closing
 //! the endpoint and flushing the qlog.
+//!
+//! With `--get URL [--qlog FILE] [--timeout SECONDS]` it is a client instead (`client.rs`).
+
+mod client;
 
 use std::{fs::File, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -120,8 +124,33 @@ async fn serve_connection(incoming: quinn::Incoming, www: PathBuf) {
     }
 }
 
+fn parse_get_args() -> Result<client::GetArgs, String> {
+    let (mut url, mut qlog, mut timeout) = (None, None, Duration::from_secs(20));
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--get" => url = Some(value.parse().map_err(|e| format!("--get {value}: {e}"))?),
+            "--qlog" => qlog = Some(PathBuf::from(value)),
+            "--timeout" => {
+                let seconds: f64 = value.parse().map_err(|e| format!("--timeout {value}: {e}"))?;
+                timeout = Duration::try_from_secs_f64(seconds).map_err(|e| format!("--timeout {value}: {e}"))?;
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(client::GetArgs { url: url.ok_or("--get is required")?, qlog, timeout })
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().any(|a| a == "--get") {
+        let args = parse_get_args().map_err(|e| {
+            eprintln!("usage: quinn-h3-server --get URL [--qlog FILE] [--timeout SECONDS]");
+            e
+        })?;
+        return client::get(args).await;
+    }
     let args = parse_args().map_err(|e| {
         eprintln!("usage: quinn-h3-server --addr IP:PORT --cert PEM --key PEM --www DIR [--qlog FILE]");
         e
