@@ -28,7 +28,8 @@ def names() -> tuple[str, ...]:
     """The peers that can be testbed servers: those speaking HTTP/3 (the clients' protocol)."""
     from quicack.lab import peers
 
-    return tuple(name for name, p in peers.PEERS.items() if p.alpn == "h3")
+    # (a peer names its ALPN only when it is not h3)
+    return tuple(name for name, p in peers.PEERS.items() if getattr(p, "alpn", "h3") == "h3")
 
 
 class PeerServers:
