@@ -14,7 +14,7 @@ import click
 
 from quicack import labcli
 from quicack.model import QuicackError, Summary
-from quicack.scan.options import USER_AGENT, ScanOptions, parse_shard
+from quicack.scan.options import ALPNS, USER_AGENT, ScanOptions, parse_shard
 from quicack.terminal import DB_OPTION, READ_DB_OPTION, console, fail
 
 # Commands import what they use when they run: no command waits for DuckDB, aioquic, polars or
@@ -317,6 +317,9 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--user-agent", default=USER_AGENT, show_default=True)
 @click.option("--split-clienthello", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Spread the ClientHello over N Initial packets (a TLS padding extension).")
+@click.option("--alpn", type=click.Choice(ALPNS), default="h3", show_default=True,
+              help="h3: an HTTP/3 GET; hq-interop: the QUIC interop runner's 'GET /path' line on a "
+                   "stream (servers without HTTP/3).")
 @click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
               help="Address of a name (repeatable); wins over --hosts and the resolver.")
 @click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),

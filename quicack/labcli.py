@@ -81,11 +81,12 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
 
 @click.group()
 def peers():
-    """Real third-party QUIC servers as local test peers (Caddy, ngtcp2, quic-go, quinn).
+    """Real third-party QUIC servers as local test peers (Caddy, ngtcp2, quic-go, quinn, go-x-net,
+    s2n-quic, quiche, tquic, kwik).
 
-    Debian packages are installed with apt-get (root); the quic-go and quinn servers are built
-    from tests/peers/ with go/cargo into ~/.cache/quicack/peers (or $QUICACK_PEERS_CACHE), keyed
-    by a hash of their sources and toolchain, so later builds are instant.
+    Debian packages are installed with apt-get (root); the others are built from tests/peers/
+    with go/cargo/mvn into ~/.cache/quicack/peers (or $QUICACK_PEERS_CACHE), keyed by a hash of
+    their sources and toolchain, so later builds are instant.
     """
 
 
@@ -103,8 +104,9 @@ def peers_list():
     from quicack.lab import peers as peer_mod
     for p in peer_mod.PEERS.values():
         click.echo(f"{p.name}: {p.stack}")
-        click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.apt_packages else
-                                                f" (tests/peers/{p.source})"))
+        needs = f"; build needs {' '.join(p.apt_packages)}" if p.apt_packages else ""
+        click.echo(f"  obtained: {p.kind}" + (f" ({' '.join(p.apt_packages)})" if p.kind == "apt" else
+                                                f" (tests/peers/{p.source}{needs})"))
         click.echo(f"  qlog:     {p.qlog or 'none'}")
         click.echo(f"  GSO off:  {p.gso_off}")
         click.echo(f"  state:    {peer_mod.status(p.name)}")

@@ -190,6 +190,7 @@ impl Normalizer {
             "ms" => Encoding::Ms,
             "us" => Encoding::Us,
             "raw" => Encoding::Raw,
+            "raw_ms" => Encoding::RawMs,
             other => return Err(pyo3::exceptions::PyValueError::new_err(format!("ack_delay_encoding {other}"))),
         };
         let t = TraceOptions {

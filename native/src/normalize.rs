@@ -34,6 +34,8 @@ pub enum Encoding {
     Ms,
     Us,
     Raw,
+    /// the encoded field divided by 1000 (quiche: `ack_delay as f32 / 1000.0`)
+    RawMs,
 }
 
 /// What a trace's header says about reading its events (`quicack.qlog.dialect.TraceInfo`).

@@ -5,13 +5,16 @@ peers here are QUIC stacks written by others.  Each :class:`Peer` says how it is
 
 * ``apt``: a Debian package (``caddy``, ``ngtcp2-server``), installed non-interactively when its
   binary is missing;
-* ``go`` / ``cargo``: a minimal HTTP/3 server whose source (with ``go.sum`` / ``Cargo.lock``, so
-  builds are reproducible) lives in ``tests/peers/<name>/`` and is built with the Go module proxy
-  or crates.io into a cache *outside* the work tree, keyed by a hash of the sources and the
-  toolchain version, so a second build is a file lookup —
+* ``go`` / ``cargo`` / ``maven``: a minimal HTTP/3 server (and client) whose source (with
+  ``go.sum`` / ``Cargo.lock`` / pinned versions in ``pom.xml``, so builds are reproducible) lives
+  in ``tests/peers/<name>/`` and is built with the Go module proxy, crates.io or Maven Central
+  into a cache *outside* the work tree, keyed by a hash of the sources and the toolchain version,
+  so a second build is a file lookup; Debian packages the build needs (cmake for BoringSSL, …)
+  are installed first —
 
-and how it is started: on loopback, serving a small folder over HTTP/3 with a self-signed
-certificate made here, writing its own server-side qlog where it can, and with UDP generic
+and how it is started: on loopback, serving a small folder over HTTP/3 (or hq-interop, for a
+stack without HTTP/3: :attr:`Peer.alpn`, which ``quicack peers scan`` probes with) with a
+self-signed certificate made here, writing its own server-side qlog where it can, and with UDP generic
 segmentation offload (GSO) turned off.  GSO hands the kernel up to 64 QUIC datagrams in one
 ``sendmsg``; on loopback no segmentation happens before the capture point, so a capture sees
 frames of up to ~17 KB that tshark cannot decrypt.  RFC 9000 §14 limits a QUIC datagram to the
@@ -60,34 +63,57 @@ class Peer:
     name: str
     #: the QUIC stack inside, with version
     stack: str
-    #: 'apt', 'go' or 'cargo'
+    #: 'apt', 'go', 'cargo' or 'maven'
     kind: str
-    #: apt: the installed binary; go/cargo: the binary's file name in the build cache
+    #: apt: the installed binary; go/cargo/maven: the binary's (maven: launcher's) name in the cache
     binary: str
     #: where its qlog comes from, or None when it writes none
     qlog: str | None
     #: how UDP GSO is turned off
     gso_off: str
+    #: apt: the packages; go/cargo/maven: Debian packages the build needs (installed if missing)
     apt_packages: tuple[str, ...] = ()
     #: go/cargo: the source folder under tests/peers/
     source: str | None = None
     #: the signal that makes it close its connections and flush its qlog
     stop_signal: int = signal.SIGTERM
+    #: what the scanner speaks to it: 'h3', or 'hq-interop' for a stack without HTTP/3
+    alpn: str = "h3"
+    #: its row in the seed's first-ACK table (:data:`quicack.report.peers.SEED_FIRST_ACK_MS`)
+    seed: str | None = None
 
 
 PEERS: dict[str, Peer] = {p.name: p for p in (
     Peer("caddy", "Caddy 2.6.2 (Debian), quic-go inside", "apt", "/usr/bin/caddy", None,
          "not needed: its quic-go predates GSO; QUIC_GO_DISABLE_GSO=true is set anyway",
-         apt_packages=("caddy",)),
+         apt_packages=("caddy",), seed="quic-go"),
     Peer("ngtcp2", "ngtcp2 0.12.1 gtlsserver (Debian ngtcp2-server, GnuTLS)", "apt",
          "/usr/sbin/gtlsserver", "--qlog-dir: one JSON-SEQ file per connection",
-         "--max-gso-dgrams=1", apt_packages=("ngtcp2-server",), stop_signal=signal.SIGINT),
+         "--max-gso-dgrams=1", apt_packages=("ngtcp2-server",), stop_signal=signal.SIGINT, seed="ngtcp2"),
     Peer("quic-go", "quic-go v0.65.0 (tests/peers/quic-go)", "go", "quic-go-h3-server",
          "QLOGDIR + qlog.DefaultConnectionTracer: one JSON-SEQ file per connection",
-         "QUIC_GO_DISABLE_GSO=true", source="quic-go"),
+         "QUIC_GO_DISABLE_GSO=true", source="quic-go", seed="quic-go"),
     Peer("quinn", "quinn 0.11.12 + h3 0.0.8 (tests/peers/quinn)", "cargo", "quinn-h3-server",
          "qlog feature: one JSON-SEQ stream for all connections, keyed by group_id",
-         "TransportConfig::enable_segmentation_offload(false)", source="quinn"),
+         "TransportConfig::enable_segmentation_offload(false)", source="quinn", seed="quinn"),
+    Peer("go-x-net", "Go golang.org/x/net/quic v0.62.0, hq-interop (tests/peers/go-x-net)", "go",
+         "go-x-net-peer", "QLOGDIR + x/net quic/qlog JSON handler: one JSON-SEQ file per connection",
+         "not needed: x/net/quic sends one datagram per sendmsg", source="go-x-net", alpn="hq-interop",
+         seed="go-x-net"),
+    Peer("s2n-quic", "s2n-quic 1.91.0 (rustls) + h3 0.0.6 via s2n-quic-h3-community 0.1.0 (tests/peers/s2n-quic)",
+         "cargo", "s2n-quic-peer", None, "tokio IO provider: with_gso_disabled()", source="s2n-quic",
+         seed="s2n-quic"),
+    Peer("quiche", "quiche 0.30.0 (BoringSSL), its h3 (tests/peers/quiche)", "cargo", "quiche-peer",
+         "QLOGDIR + Connection::set_qlog: one JSON-SEQ file per connection",
+         "not needed: quiche does no I/O, the peer sends one datagram per send_to", source="quiche",
+         apt_packages=("cmake", "libclang-dev"), seed="quiche"),
+    Peer("tquic", "TQUIC 1.6.0 (BoringSSL), its h3 (tests/peers/tquic)", "cargo", "tquic-peer",
+         "QLOGDIR + Connection::set_qlog: one JSON-SEQ file per connection",
+         "not needed: TQUIC does no I/O, the peer sends one datagram per send_to", source="tquic",
+         apt_packages=("cmake",), seed=None),
+    Peer("kwik", "kwik 0.10.8 + flupke 0.9.4 (Java; tests/peers/kwik)", "maven", "kwik-peer", None,
+         "not needed: java.net.DatagramSocket sends one datagram per send", source="kwik",
+         apt_packages=("maven", "openjdk-17-jdk-headless"), seed="kwik"),
 )}
 
 
@@ -131,10 +157,11 @@ def _source_files(folder: Path) -> list[Path]:
 
 
 def _toolchain(kind: str) -> str:
-    tool = {"go": ["go", "version"], "cargo": ["rustc", "--version"]}[kind]
+    tool = {"go": ["go", "version"], "cargo": ["rustc", "--version"], "maven": ["mvn", "-v"]}[kind]
     if shutil.which(tool[0]) is None:
         needs = {"go": "Go ≥ 1.26 (Debian's golang-go is too old for quic-go v0.65)",
-                 "cargo": "Rust ≥ 1.85 with cargo (rustup)"}[kind]
+                 "cargo": "Rust ≥ 1.95 with cargo (rustup; s2n-quic 1.91 needs 1.95)",
+                 "maven": "Maven and Java ≥ 17 (Debian: maven, openjdk-17-jdk-headless)"}[kind]
         raise QuicackError(f"{tool[0]} not found on PATH; building this peer needs {needs}")
     return subprocess.run(tool, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -190,6 +217,12 @@ def _apt_install(packages: tuple[str, ...], progress: Progress) -> None:
         _run(cmd, "apt-get install", env=env)
 
 
+def _installed(package: str) -> bool:
+    """Whether Debian package ``package`` is installed (dpkg's status)."""
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return done.returncode == 0 and done.stdout.endswith(" installed")
+
+
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     """One build of a peer at a time, across processes (two test runs, CI and a developer)."""
@@ -208,26 +241,44 @@ def _build(p: Peer, target: Path, progress: Progress) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     if p.kind == "go":
-        progress(f"go build {p.name} (quic-go from the Go module proxy; first build ~1 min)")
+        progress(f"go build {p.name} (modules from the Go module proxy; first build ~1 min)")
         env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local",
                "CGO_ENABLED": "0"}
         _run(["go", "build", "-trimpath", "-o", str(staging / p.binary), "."], "go build",
              cwd=folder, env=env)
-    else:
-        progress(f"cargo build --release {p.name} (crates.io; first build ~2-3 min)")
+    elif p.kind == "cargo":
+        progress(f"cargo build --release {p.name} (crates.io; first build ~2-5 min)")
         cargo_target = cache_dir() / "cargo-target"
         env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target)}
         _run(["cargo", "build", "--release", "--locked", "--quiet",
               "--manifest-path", str(folder / "Cargo.toml")], "cargo build", env=env)
         shutil.copy2(cargo_target / "release" / p.binary, staging / p.binary)
+    elif p.kind == "maven":
+        _build_maven(p, folder, staging, progress)
     (staging / "build.json").write_text(json.dumps(
         {"peer": p.name, "toolchain": _toolchain(p.kind), "key": target.parent.name,
          "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}, indent=1))
     staging.rename(target.parent)
 
 
+def _build_maven(p: Peer, folder: Path, staging: Path, progress: Progress) -> None:
+    """``mvn package`` of a copy of the sources (Maven writes target/ beside its pom); the jar
+    ``<binary>.jar`` (runnable: its manifest names the main class and ``lib/``) and its
+    dependencies (target/lib) go to ``staging`` with a launcher script named ``binary``."""
+    progress(f"mvn package {p.name} (Maven Central; first build ~1 min)")
+    work = staging / "src"
+    shutil.copytree(folder, work, ignore=shutil.ignore_patterns("target"))
+    _run(["mvn", "-q", "-B", "package"], "mvn package", cwd=work)
+    shutil.copy2(work / "target" / f"{p.binary}.jar", staging / f"{p.binary}.jar")
+    shutil.copytree(work / "target" / "lib", staging / "lib")
+    shutil.rmtree(work)
+    launcher = staging / p.binary
+    launcher.write_text(f'#!/bin/sh\nexec java -jar "$(dirname "$0")/{p.binary}.jar" "$@"\n')
+    launcher.chmod(0o755)
+
+
 def prepare(name: str, progress: Progress | None = None) -> Prepared:
-    """Make the peer's binary available: install (apt) or build (go/cargo) unless present.
+    """Make the peer's binary available: install (apt) or build (go/cargo/maven) unless present.
 
     Idempotent: an installed package or a cached build for the same sources and toolchain is
     used as it is.
@@ -246,6 +297,9 @@ def prepare(name: str, progress: Progress | None = None) -> Prepared:
     with _locked(p.name):
         if target.exists():
             return Prepared(name, target, "cached", time.monotonic() - started)
+        missing = [pkg for pkg in p.apt_packages if not _installed(pkg)]
+        if missing:
+            _apt_install(tuple(missing), progress)
         _build(p, target, progress)
     return Prepared(name, target, "built", time.monotonic() - started)
 
@@ -380,14 +434,18 @@ def _command(p: Peer, binary: Path, host: str, port: int, cert: Path, key: Path,
     if p.name == "ngtcp2":
         return [str(binary), f"--htdocs={htdocs}", f"--qlog-dir={qlog_dir}", "--max-gso-dgrams=1",
                 "--quiet", host, str(port), str(key), str(cert)], env
-    if p.name == "quic-go":
-        env["QLOGDIR"] = str(qlog_dir)
-        return [str(binary), "-addr", f"{_join(host, port)}", "-cert", str(cert), "-key", str(key),
-                "-www", str(htdocs)], env
+    if p.kind == "apt":
+        raise QuicackError(f"no command line for peer {p.name!r}")
+    # the servers of tests/peers/: Go flags (-addr) or long options (--addr); qlog into $QLOGDIR
+    # (quinn: one file named on the command line)
+    dash = "-" if p.kind == "go" else "--"
+    cmd = [str(binary), f"{dash}addr", _join(host, port), f"{dash}cert", str(cert), f"{dash}key", str(key),
+           f"{dash}www", str(htdocs)]
     if p.name == "quinn":
-        return [str(binary), "--addr", _join(host, port), "--cert", str(cert), "--key", str(key),
-                "--www", str(htdocs), "--qlog", str(qlog_dir / "quinn-server.sqlog")], env
-    raise QuicackError(f"no command line for peer {p.name!r}")
+        cmd += ["--qlog", str(qlog_dir / "quinn-server.sqlog")]
+    elif qlog_dir is not None:
+        env["QLOGDIR"] = str(qlog_dir)
+    return cmd, env
 
 
 def _join(host: str, port: int) -> str:
@@ -507,7 +565,7 @@ def scan(name: str, db: str | Path, workdir: str | Path | None = None, *, repeti
         progress(f"{p.name} listening on UDP {running.port}; scanning {domain} × {repetitions}")
         opts = ScanOptions(list_path=str(list_path), db=str(db), run=run_name,
                            out_dir=str(base / run_name / "scan"), repetitions=repetitions,
-                           spacing_s=spacing_s, path=path,
+                           spacing_s=spacing_s, path=path, alpn=p.alpn,
                            resolve={domain: (running.host, running.port)},
                            allow_private=True, pcap=str(pcap))
         summary = scanner.scan(opts)

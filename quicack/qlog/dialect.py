@@ -35,6 +35,7 @@ class AckDelayEncoding(StrEnum):
     MS = "ms"  # what the qlog schema says: milliseconds
     US = "us"  # microseconds
     RAW = "raw"  # the encoded ACK Delay field; decode with 2^ack_delay_exponent microseconds
+    RAW_MS = "raw_ms"  # the encoded field / 1000 (quiche)
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,11 @@ class TraceInfo:
 # version), most specific first.
 KNOWN_PRODUCERS = (
     "aioquic", "quic-go", "quiche", "ngtcp2", "picoquic", "mvfst", "neqo", "quinn",
-    "lsquic", "msquic", "s2n-quic", "pcap2qlog",
+    "lsquic", "msquic", "s2n-quic", "pcap2qlog", "go-x-net", "tquic",
 )
+#: Producers that name themselves otherwise in the header: text → producer.  Go's
+#: golang.org/x/net/quic writes vantage_point name "go quic" (quic/qlog.go logConnectionStarted).
+PRODUCER_ALIASES = {"go quic": "go-x-net"}
 
 #: Per-producer quirks: name → (what it does, how the reader compensates).  Each has a test in
 #: tests/qlog/test_qlog_quirks.py.
@@ -92,6 +96,11 @@ QUIRKS: dict[str, dict[str, Any]] = {
     # pcap2qlog copies tshark's quic.ack.ack_delay, the raw field.
     "pcap2qlog": {"ack_delay_encoding": AckDelayEncoding.RAW},
     # neqo logs the encoded field as well.
+    # quiche logs the encoded field divided by 1000 (src/frame.rs to_qlog: `ack_delay as f32 /
+    # 1000.0`), i.e. as if it were µs: an ACK sent 368 µs after its packet arrived says 0.046.
+    "quiche": {"ack_delay_encoding": AckDelayEncoding.RAW_MS},
+    # TQUIC (a quiche descendant) too (src/frame.rs to_qlog: `*ack_delay as f32 / 1000.0`).
+    "tquic": {"ack_delay_encoding": AckDelayEncoding.RAW_MS},
     "neqo": {"ack_delay_encoding": AckDelayEncoding.RAW},
     # mvfst logs ack_delay in microseconds and names its metrics event recovery:metric_update.
     "mvfst": {"ack_delay_encoding": AckDelayEncoding.US},
@@ -190,9 +199,13 @@ def _implementation(header: dict, trace: dict) -> str:
     for name in KNOWN_PRODUCERS:
         if name in text:
             return name
+    for alias, name in PRODUCER_ALIASES.items():
+        if alias in text:
+            return name
     if header.get("qlog_version") == "0.1" and str(trace.get("vantagepoint", "")).upper() == "NETWORK":
         return "pcap2qlog"  # the only producer of 0.1 network traces
-    uris = " ".join(str(u) for u in config.get("original_uris") or [])
+    uris = config.get("original_uris")
+    uris = " ".join(str(u) for u in uris) if isinstance(uris, list) else str(uris) if isinstance(uris, str) else ""
     if uris.endswith(".json") or "pcap2qlog" in uris:
         return "pcap2qlog"
     # (no guess from the header's shape: aioquic, the only 0.3 producer writing an ODCID and no

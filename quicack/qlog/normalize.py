@@ -183,13 +183,13 @@ class Normalizer:
     def _decode_raw_ack_delays(self) -> None:
         """Raw ACK Delay fields decoded in an earlier slice than the sender's last parameters_set:
         decoded again with the exponent that holds for the whole file."""
-        if any(self.slices.get(t.trace_index, 0) > 1 and t.ack_delay_encoding.value == "raw" for t in self.traces):
+        if any(self.slices.get(t.trace_index, 0) > 1 and t.ack_delay_encoding.value in ("raw", "raw_ms") for t in self.traces):
             self.con.execute(f"""UPDATE frames SET ack_delay_ms = frames.ack_delay_raw * pow(2, x.exponent) / 1000.0
                 FROM (SELECT f.connection_id, f.event_index, f.position,
                              {exponent_sql("tp.ack_delay_exponent", "p.packet_type")} AS exponent
                       FROM frames f JOIN packets p USING (connection_id, event_index)
                       JOIN conn c ON c.connection_id = f.connection_id
-                      JOIN tr ON tr.trace_index = c.trace_index AND tr.ack_delay_encoding = 'raw'
+                      JOIN tr ON tr.trace_index = c.trace_index AND tr.ack_delay_encoding IN ('raw', 'raw_ms')
                       LEFT JOIN ({_TP_EXPONENT}) tp ON tp.connection_id = f.connection_id AND tp.endpoint = p.sender
                       WHERE f.frame_type = 'ack' AND f.ack_delay_raw IS NOT NULL) x
                 WHERE frames.connection_id >= {self.first_connection_id}

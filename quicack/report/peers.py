@@ -41,6 +41,30 @@ from quicack.store.database import Store
 #: Columns of :func:`rtt_comparison` compared replay − logged.
 METRICS = ("latest_rtt", "min_rtt", "smoothed_rtt", "rttvar", "pto")
 
+#: The seed's table (issue 27): the ACK delay (ms) of the first ACK each server stack reported,
+#: as text ("~14": it varied; msquic sent no ACK in its first flight).  A peer names its row
+#: (:attr:`quicack.lab.peers.Peer.seed`; Caddy: its quic-go).
+SEED_FIRST_ACK_MS = {
+    "aioquic": "3.3", "go-x-net": "0", "haproxy": "1.0", "kwik": "0", "lsquic": "1.2", "mvfst": "0.8",
+    "neqo": "0", "nginx": "0", "ngtcp2": "0", "picoquic": "0.8", "quic-go": "0", "quiche": "1.4",
+    "quinn": "0.4", "s2n-quic": "~14", "xquic": "1.3", "msquic": "no ACK",
+}
+
+
+#: Printed under the table when the peer is in it: what the decoded value means for that stack.
+TABLE_NOTES = {
+    "s2n-quic": "s2n-quic encodes Initial/Handshake ACK delays with exponent 0 but announces 3: "
+                "as decoded, 8 × the time it held the ACK (docs/peers.md)",
+    "go-x-net": "go-x-net speaks hq-interop (x/net has no HTTP/3); its 0 is the same loop turn "
+                "receiving and answering",
+}
+
+
+def seed_value(peer: str) -> str:
+    """The seed's first ACK delay for a peer's stack, or '-' when the seed had none."""
+    p = peers.PEERS.get(peer)
+    return SEED_FIRST_ACK_MS.get(p.seed if p and p.seed else peer, "-")
+
 
 def _known_sql() -> str:
     rows = ", ".join(f"('{peers.probe_domain(name)}', '{name}')" for name in peers.PEERS)
@@ -80,9 +104,9 @@ def peer_probes(store: Store, runs: list[str] | None = None) -> pl.DataFrame:
 def first_ack_delays(store: Store, runs: list[str] | None = None) -> pl.DataFrame:
     """Per probe of a known peer: the ACK delay of the server's first ACK in an Initial packet and
     in a Handshake packet (ms; NULL: none), from the capture (``source``) or else the client qlog,
-    the packet type of the first ACK of all, the client view's handshake class, and the server's
-    turnaround on the wire (ms from the client's first Initial to the server's first datagram, in
-    the capture)."""
+    the packet type of the first ACK of all, the client view's handshake class and ACK→ServerHello
+    gap, and the server's turnaround on the wire (ms from the client's first Initial to the
+    server's first datagram, in the capture)."""
     probes = peer_probes(store, runs)
     if probes.height == 0:
         return pl.DataFrame()
@@ -105,7 +129,7 @@ def first_ack_delays(store: Store, runs: list[str] | None = None) -> pl.DataFram
                        min(epoch_ms) FILTER (WHERE sender = 'server') - min(epoch_ms) FILTER (WHERE sender = 'client')
                            AS turnaround_ms
                 FROM packets WHERE connection_id IN (SELECT capture_cid FROM v) GROUP BY ALL)
-            SELECT v.peer, v.run, v.repetition + 1 AS repetition, c.handshake_class,
+            SELECT v.peer, v.run, v.repetition + 1 AS repetition, c.handshake_class, c.ack_sh_gap_ms,
                    CASE WHEN i.at <= coalesce(h.at, i.at) THEN 'initial' ELSE 'handshake' END AS first_ack_packet,
                    i.delay_ms AS initial_ack_delay_ms, h.delay_ms AS handshake_ack_delay_ms, v.source,
                    w.turnaround_ms
@@ -120,7 +144,8 @@ def first_ack_delays(store: Store, runs: list[str] | None = None) -> pl.DataFram
 
 def format_first_ack_delays(table: pl.DataFrame) -> str:
     """The seed paper's layout: one line per peer (and run), the repetitions side by side, for
-    Initial and Handshake packets, then the wire turnaround."""
+    Initial and Handshake packets; then the client view's class (every class seen, most common
+    first), the median ACK→ServerHello gap, the wire turnaround and the seed's value."""
     if table.height == 0:
         return "no probes of known peers in this store\n"
     runs = table.group_by(["peer", "run"], maintain_order=True).agg(pl.all())
@@ -133,16 +158,37 @@ def format_first_ack_delays(table: pl.DataFrame) -> str:
     width = 8 * reps - 1
     numbers = " ".join(f"{i:>7}" for i in range(1, reps + 1))
     lines = ["Acknowledgment delay of the first ACK received from each peer [ms], per repetition "
-             "(as decoded from the wire; - = none)",
-             f"{'peer':<9} {'Initial packet':^{width}}   {'Handshake packet':^{width}}   "
-             f"{'turnaround on the wire':^{width}}   source",
-             f"{'':<9} {numbers}   {numbers}   {numbers}"]
+             "(as decoded from the wire; - = none), next to the seed's",
+             f"{'peer':<9} {'Initial packet':^{width}}   {'Handshake packet':^{width}}   {'class':<9} "
+             f"{'ACK→SH':>7}   {'turnaround on the wire':^{width}}   {'seed':>6}   source",
+             f"{'':<9} {numbers}   {numbers}   {'':<9} {'gap':>7}   {numbers}"]
     for row in runs.iter_rows(named=True):
         lines.append(f"{row['peer']:<9} {cells(row['initial_ack_delay_ms'])}   {cells(row['handshake_ack_delay_ms'])}   "
-                     f"{cells(row['turnaround_ms'])}   {', '.join(sorted(set(row['source'])))}")
+                     f"{_classes(row['handshake_class']):<9} {_median(row['ack_sh_gap_ms']):>7}   "
+                     f"{cells(row['turnaround_ms'])}   {seed_value(row['peer']):>6}   "
+                     f"{', '.join(sorted(set(row['source'])))}")
     lines.append("stacks: " + "; ".join(f"{name}: {peers.PEERS[name].stack}"
                                         for name in dict.fromkeys(table["peer"])))
+    lines += [f"note: {TABLE_NOTES[name]}" for name in dict.fromkeys(table["peer"]) if name in TABLE_NOTES]
     return "\n".join(lines) + "\n"
+
+
+def _classes(values) -> str:
+    """Every class seen, most common first ('wfc', 'iack/wfc'); '-' when none."""
+    counts: dict[str, int] = {}
+    for v in values:
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    return "/".join(sorted(counts, key=lambda c: -counts[c])) or "-"
+
+
+def _median(values) -> str:
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return "-"
+    mid = len(present) // 2
+    value = present[mid] if len(present) % 2 else (present[mid - 1] + present[mid]) / 2
+    return f"{value:.3f}"
 
 
 # --- the server's RTT estimator: replay vs logged ----------------------------------------------------
@@ -328,9 +374,11 @@ def report_sections(store: Store, page: Page) -> None:
     page.text("ACK delay (ms) of the server's first ACK in an Initial and in a Handshake packet, as decoded "
               "from the wire (the capture, else the client qlog); the turnaround is the time from the client's "
               "first Initial to the server's first datagram on the wire. "
-              "quic-go (and Caddy's) and ngtcp2 always send 0 in Initial and Handshake ACKs; quinn measures.")
+              "quic-go (and Caddy's) and ngtcp2 always send 0 in Initial and Handshake ACKs; quinn measures. "
+              "seed_ms: the seed's value for that stack (issue 27), docs/peers.md says why they differ.")
     page.table(delays.with_columns(pl.col("peer").map_elements(lambda p: peers.PEERS[p].stack, return_dtype=pl.String)
-                                   .alias("stack")))
+                                   .alias("stack"),
+                                   pl.col("peer").map_elements(seed_value, return_dtype=pl.String).alias("seed_ms")))
     page.section("peers-rtt", "Server RTT estimator: RFC 9002 replay vs what the peer logged", 3)
     page.table(summarize_rtt(rtt_comparison(store)))
     page.text(esc("Replays: 'server qlog' is the stored replay of the peer's own qlog (its times), 'capture' "

@@ -2,7 +2,7 @@
 
 Theory of operation: a campaign names its target list (``list``, relative to the TOML file) and
 any option of ``quicack scan`` under the option's Python name (``repetitions``, ``spacing_s``,
-``concurrency``, ``rate``, ``per_address``, ``path``, ``schedule``, ``split_clienthello``,
+``concurrency``, ``rate``, ``per_address``, ``path``, ``alpn``, ``schedule``, ``split_clienthello``,
 ``allow_private``, ``hosts_file``, ``exclude_file``, …), with ``[resolve]`` mapping names to
 ``IP[:PORT]`` and ``[timeouts]`` holding ``first_response_s``, ``handshake_s``, ``response_s``.
 Options given on the command line win over the campaign's.

@@ -17,6 +17,9 @@ from quicack.model import QuicackError
 
 #: The scanner's HTTP ``user-agent``.
 USER_AGENT = "quicack/0.1 (QUIC ACK measurement research scanner)"
+#: What a probe can speak after the handshake: an HTTP/3 GET, or the QUIC interop runner's
+#: HTTP/0.9 (``GET /path`` on a bidirectional stream) for servers without HTTP/3.
+ALPNS = ("h3", "hq-interop")
 
 
 @dataclass
@@ -38,6 +41,8 @@ class ScanOptions:
     path: str = "/"
     user_agent: str = USER_AGENT
     split_clienthello: int = 1
+    #: 'h3' (HTTP/3 GET) or 'hq-interop' (the interop runner's ``GET /path`` line)
+    alpn: str = "h3"
     resolve: dict = field(default_factory=dict)
     hosts_file: str | None = None
     family: str = "any"  # '4', '6', 'any'
@@ -62,6 +67,10 @@ class ScanOptions:
     #: by default the files are ingested once probing ends, so that ingest (classification and
     #: replay included) does not take CPU from the probes and bend their timing
     ingest_during: bool = False
+
+    def __post_init__(self) -> None:
+        if self.alpn not in ALPNS:
+            raise QuicackError(f"alpn must be one of {', '.join(ALPNS)}, not {self.alpn!r}")
 
     def shard_text(self) -> str:
         return f"{self.shard[0]}/{self.shard[1]}" if self.shard else ""

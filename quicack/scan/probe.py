@@ -1,4 +1,5 @@
-"""One probe: a QUIC v1 handshake with ALPN h3 and an HTTP/3 GET, recorded as data.
+"""One probe: a QUIC v1 handshake with ALPN h3 and an HTTP/3 GET (or ALPN hq-interop and its
+``GET /path`` line), recorded as data.
 
 Theory of operation: aioquic's sans-I/O ``QuicConnection`` (the scanner's subclass,
 :class:`quicack.scan.connection.ScanConnection`) is driven by a small loop of our own instead of
@@ -7,7 +8,10 @@ aioquic's asyncio protocol, so that each datagram enters the connection with the
 is read with ``recvmsg`` and its ``SCM_TIMESTAMPNS`` (CLOCK_REALTIME) both feeds aioquic's clock
 (mapped onto the event loop's monotonic clock) and stamps the qlog events the datagram causes.
 An event loop busy with 200 other probes therefore delays the *processing* of a datagram but
-not its recorded arrival; the delay itself is kept as ``loop_lag_ms``.  The first Initial ACK
+not its recorded arrival; the delay itself is kept as ``loop_lag_ms``.  With ``alpn =
+"hq-interop"`` (servers without HTTP/3, e.g. Go's x/net QUIC) the request is the QUIC interop
+runner's HTTP/0.9: ``GET /path\r\n`` on a client bidirectional stream, closed after it; the
+response is the stream's bytes until its FIN (no status, no headers).  The first Initial ACK
 and the datagram that completed the ServerHello are noted with their kernel receive times (raw
 timings for the store; classification happens at ingest).
 
@@ -65,6 +69,8 @@ class ProbeSpec:
     handshake_timeout_s: float = 5.0
     response_timeout_s: float = 5.0
     keep_qlog: bool = True
+    #: 'h3' (an HTTP/3 GET) or 'hq-interop' (a ``GET /path`` line on a bidirectional stream)
+    alpn: str = "h3"
 
 
 @dataclass
@@ -122,7 +128,8 @@ class _KeyLog:
 
 
 def _configuration(spec: ProbeSpec, keylog: _KeyLog) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+    alpn = H3_ALPN if spec.alpn == "h3" else [spec.alpn]
+    config = QuicConfiguration(is_client=True, alpn_protocols=alpn, verify_mode=ssl.CERT_NONE,
                                server_name=spec.domain, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S)
     config.secrets_log_file = keylog
     config.supported_versions = [QuicProtocolVersion.VERSION_1]  # a v1 probe: VN is an outcome
@@ -306,9 +313,10 @@ class Probe:
         r = self.result
         while (event := quic.next_event()) is not None:
             if isinstance(event, qe.ProtocolNegotiated):
-                self.h3 = H3Connection(quic)
-                self.h3._quic_logger = None  # no HTTP/3 events in the probe's qlog (CPU)
                 r.alpn = event.alpn_protocol
+                if self.spec.alpn == "h3":
+                    self.h3 = H3Connection(quic)
+                    self.h3._quic_logger = None  # no HTTP/3 events in the probe's qlog (CPU)
             elif isinstance(event, qe.HandshakeCompleted):
                 r.handshake_ms = (self.loop.time() - self.t0) * 1000.0
                 self.phase = "response"
@@ -317,6 +325,10 @@ class Probe:
             elif isinstance(event, qe.ConnectionTerminated):
                 self._terminated(event)
                 return
+            elif isinstance(event, qe.StreamDataReceived) and self.spec.alpn != "h3":
+                self._hq_data(event)
+                if self.done.done():
+                    return
             if self.h3 is not None:
                 for h3_event in self.h3.handle_event(event):
                     self._h3_event(h3_event)
@@ -326,6 +338,9 @@ class Probe:
     def _request(self) -> None:
         spec = self.spec
         self.stream_id = self.quic.get_next_available_stream_id()
+        if spec.alpn != "h3":  # hq-interop: HTTP/0.9's request line, then the stream's FIN
+            self.quic.send_stream_data(self.stream_id, f"GET {spec.path}\r\n".encode(), end_stream=True)
+            return
         authority = spec.domain if spec.port == 443 else f"{spec.domain}:{spec.port}"
         self.h3.send_headers(self.stream_id, [
             (b":method", b"GET"), (b":scheme", b"https"), (b":authority", authority.encode()),
@@ -349,6 +364,19 @@ class Probe:
         elif isinstance(event, DataReceived):
             self.response_bytes += len(event.data)
         if getattr(event, "stream_ended", False):
+            r.response_ms = (self.loop.time() - self.t0) * 1000.0
+            r.response_bytes = self.response_bytes
+            self._finish("retry" if self.quic.retry_received else "ok")
+
+    def _hq_data(self, event: qe.StreamDataReceived) -> None:
+        """hq-interop: the response is the request stream's bytes up to its FIN."""
+        r = self.result
+        if event.stream_id != self.stream_id:
+            return
+        if r.ttfb_ms is None and event.data:
+            r.ttfb_ms = (self.loop.time() - self.t0) * 1000.0
+        self.response_bytes += len(event.data)
+        if event.end_stream:
             r.response_ms = (self.loop.time() - self.t0) * 1000.0
             r.response_bytes = self.response_bytes
             self._finish("retry" if self.quic.retry_received else "ok")

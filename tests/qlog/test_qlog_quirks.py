@@ -402,3 +402,12 @@ def test_quic_go_metrics_before_an_earlier_received_packet_are_not_those_of_the_
                          FROM rtt_samples ORDER BY event_index""")
     assert got == [{"event_index": 3, "latest_rtt_ms": 10.0, "logged_event_index": 2, "logged_latest_rtt_ms": 10.0},
                    {"event_index": 4, "latest_rtt_ms": 20.0, "logged_event_index": None, "logged_latest_rtt_ms": None}]
+
+
+@pytest.mark.parametrize("producer", ["quiche", "tquic"])
+def test_quiche_and_tquic_log_the_ack_delay_field_over_1000(store, producer):
+    # `ack_delay as f32 / 1000.0` (their src/frame.rs): back to the field, × 2^3 µs; more in
+    # tests/qlog/test_peer_quirks.py on the same traces
+    assert store.ingest(DATA / "peers" / producer / "server.sqlog").status == "ingested"
+    acks = rows(store, "SELECT ack_delay_ms, ack_delay_raw FROM frames WHERE frame_type = 'ack'")
+    assert acks and all(a["ack_delay_ms"] == pytest.approx(a["ack_delay_raw"] * 0.008) for a in acks)

@@ -192,12 +192,13 @@ impl Normalizer {
     }
 
     /// The first ODCID candidate in file order: a server's original_destination_connection_id,
-    /// connection_started's destination CID, or the DCID of the client's first Initial.
+    /// connection_started's destination CID, or the DCID of the client's first Initial.  Only
+    /// hex text is a candidate: TQUIC 1.6 writes Rust's `Option` debug text ("None") there.
     pub(super) fn odcid<'a>(&mut self, staged: &'a Staged, placed: &[Placed], pks: &[Pk]) {
         let buf = &staged.buf[..];
         let mut best: HashMap<usize, (i64, &'a str)> = HashMap::default();
         let mut offer = |conn: usize, index: i64, value: Option<&'a Txt>| {
-            if let Some(v) = value {
+            if let Some(v) = value.filter(|v| v.get(buf).bytes().all(|b| b.is_ascii_hexdigit())) {
                 let entry = best.entry(conn).or_insert((index, v.get(buf)));
                 if index < entry.0 {
                     *entry = (index, v.get(buf));

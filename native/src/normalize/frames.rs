@@ -46,13 +46,15 @@ fn ack_delay(t: &TraceOptions, f: &Frame, ptype: &PType, announced: Option<i32>)
             (value.map(|v| v * t.time_scale_ms), None)
         }
         Encoding::Us => (f.ack_delay.map(|v| v / 1000.0), None),
-        Encoding::Raw => {
+        Encoding::Raw | Encoding::RawMs => {
+            // quiche logs the field / 1000 as an f32: back to the integer field first
+            let raw = if t.encoding == Encoding::RawMs { f.ack_delay.map(|v| (v * 1000.0).round()) } else { f.ack_delay };
             let exponent = decode_exponent(announced, ptype);
-            let ms = match (f.ack_delay, exponent) {
+            let ms = match (raw, exponent) {
                 (Some(v), Some(x)) => Some(v * 2f64.powi(x) / 1000.0),
                 _ => None,
             };
-            (ms, f.ack_delay.and_then(|v| json::float_to_i64(v.round_ties_even())))
+            (ms, raw.and_then(|v| json::float_to_i64(v.round_ties_even())))
         }
     }
 }
@@ -67,7 +69,8 @@ impl Normalizer {
             i64s("ack_eliciting_threshold"), f64s("request_max_ack_delay_ms"), i64s("reordering_threshold"),
             texts("details"),
         ]);
-        let exponents = if t.encoding == Encoding::Raw { self.announced_exponents() } else { HashMap::default() };
+        let raw = matches!(t.encoding, Encoding::Raw | Encoding::RawMs);
+        let exponents = if raw { self.announced_exponents() } else { HashMap::default() };
         // (in file order)
         let mut order: Vec<&Pk> = pks.iter().collect();
         if !order.windows(2).all(|w| w[0].event < w[1].event) {
