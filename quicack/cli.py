@@ -31,7 +31,7 @@ def main() -> None:
     packet captures into the same DuckDB store (analyze), which classifies each handshake
     (IACK / WFC) and replays its RTT and PTO per RFC 9002; write an HTML report (report);
     cross-check two views of one connection (compare); merge the stores of sharded scans
-    (merge); export the store (export).  Local servers with a chosen ACK behaviour (serve),
+    (merge); export the store (export); give back the space killed ingests left in it (vacuum).  Local servers with a chosen ACK behaviour (serve),
     real third-party QUIC servers (peers) and an impairment relay (testbed) are for experiments,
     tests and demos; demo runs the whole path offline on loopback.
     """
@@ -51,12 +51,13 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
         raise
     total = sum(f.stat().st_size for f in files)
     show = not quiet and console().is_terminal and (len(files) > 1 or total > 20_000_000)
+    # (the paths as given: analyze walks the folders again, counting what it skips in them)
     if not show:
-        return ingest.analyze(files, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
+        return ingest.analyze(paths, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
                               dissection=early, jobs=jobs)
     from quicack.terminal import FileBar
     with FileBar(total) as bar:
-        return ingest.analyze(files, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
+        return ingest.analyze(paths, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
                               quic_ports=quic_ports, dissection=early, jobs=jobs)
 
 
@@ -395,6 +396,19 @@ def merge(target, sources):
         fail(e)
     click.echo(f"merged {len(sources)} stores into {target}: {added.get('probes', 0)} probes, "
                f"{added.get('connections', 0)} connections, {added.get('files', 0)} files")
+
+
+@main.command()
+@READ_DB_OPTION
+def vacuum(db):
+    """Give back the disk space the store's file holds beyond its rows (left by ingests killed
+    while committing, or by rows deleted): the store is copied into a new file that replaces it."""
+    from quicack.store import database
+    try:
+        before, after = database.vacuum(db)
+    except QuicackError as e:
+        fail(e)
+    click.echo(f"vacuum: {db} {before / 1e6:.1f} MB → {after / 1e6:.1f} MB")
 
 
 for command in (labcli.serve, labcli.peers, labcli.testbed):

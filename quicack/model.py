@@ -55,6 +55,10 @@ class Summary:
     files: list[FileResult] = field(default_factory=list)
     #: Connections of these files per handshake class (quicack.store.database.Store.handshake_class_rows).
     handshake_classes: tuple[list[str], list[tuple]] = ((), ())
+    #: files in the folders named that were not read, by why (quicack.store.ingest.expand)
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: bytes of the store's file that hold no rows (quicack.store.database.Store.unused_bytes)
+    store_unused_bytes: int = 0
 
     def count(self, status: str) -> int:
         return sum(1 for f in self.files if f.status == status)

@@ -152,6 +152,8 @@ pub struct Event {
     pub trace: u32,
     /// the event's position in its trace, counted within the slice
     pub row: u32,
+    /// where its record starts in the slice (for messages)
+    pub at: u32,
     pub t_ms: Option<f64>,
     pub name: u32,
     pub group: u32,
@@ -178,6 +180,10 @@ pub struct Staged {
     pub groups: Vec<Box<str>>,
     /// the running sum of delta times after this slice (raw units), when one was known
     pub delta_carry: Option<f64>,
+    /// values read as NULL because they were out of range (`json::Checked`), per field
+    pub out_of_range: Vec<(&'static str, u32)>,
+    /// events whose time member did not read as a time: (record start, the value's byte range)
+    pub bad_times: Vec<(u32, u32, u32)>,
 }
 
 impl Staged {

@@ -29,27 +29,40 @@ pub enum Kind {
     Null,
 }
 
+/// 16 bytes (positions as u32: a slice is at most a few slices' size, `quicack.qlog.slicing`):
+/// the tape of a dense record — a number every two bytes — is 8 times its text.
 #[derive(Clone, Copy, Debug)]
 pub struct Tok {
     pub kind: Kind,
     /// a string holding a backslash escape
     pub escaped: bool,
     /// the value's text: from its first byte (quote, bracket) to after its last
-    pub start: usize,
-    pub end: usize,
+    pub start: u32,
+    pub end: u32,
     /// index of the token after this value's subtree
-    pub next: usize,
+    pub next: u32,
 }
 
 #[derive(Debug, Clone)]
 pub struct Error {
     pub pos: usize,
     pub what: &'static str,
+    /// the member the bad token belongs to, as a path from the value's root (`data.frames[0].
+    /// ack_delay`; empty at the root)
+    pub field: String,
+    /// the input ended before the value did (a cut inside it), rather than a token being wrong
+    pub eof: bool,
 }
 
 fn err<T>(pos: usize, what: &'static str) -> Result<T, Error> {
-    Err(Error { pos, what })
+    Err(Error { pos, what, field: String::new(), eof: false })
 }
+
+/// The largest magnitude a time or duration is read with (`Doc::finite`): beyond it the value is
+/// out of range (no time comes near it, and scaling it to milliseconds must stay finite).  A
+/// number that is not finite as a double at all (`1e400`) is refused by the parser, as NaN and
+/// Infinity are (no JSON), and as orjson refuses it in a document read whole.
+pub const MAX_MAGNITUDE: f64 = 1e300;
 
 #[inline]
 pub fn is_ws(b: u8) -> bool {
@@ -154,6 +167,7 @@ fn scan_number(buf: &[u8], pos: usize) -> Result<usize, Error> {
         }
         _ => return err(pos, "invalid number"),
     }
+    let integer_end = i;
     // a fraction, an exponent: each needs at least one digit
     let digits = |from: usize| from + buf[from..].iter().take_while(|b| b.is_ascii_digit()).count();
     if i < n && buf[i] == b'.' {
@@ -174,6 +188,13 @@ fn scan_number(buf: &[u8], pos: usize) -> Result<usize, Error> {
         }
         i = end;
     }
+    // (a number with an exponent, or of more digits than a double's range, may overflow: read it)
+    if (i > integer_end && buf[integer_end..i].iter().any(|&b| b == b'e' || b == b'E')) || integer_end - pos > 300 {
+        let v = fast_f64(&buf[pos..i]).unwrap_or(f64::INFINITY);
+        if !v.is_finite() {
+            return err(pos, "number out of range");
+        }
+    }
     Ok(i)
 }
 
@@ -187,10 +208,56 @@ fn literal(buf: &[u8], pos: usize, word: &[u8]) -> Result<usize, Error> {
 }
 
 /// Parse the one JSON value that starts at `pos` (after optional whitespace) into `tape`
-/// (cleared first); return the position just after it.
+/// (cleared first); return the position just after it.  A refusal names the byte, the member
+/// it happened in (`Error::field`) and whether the input ended inside the value (`Error::eof`).
 pub fn parse(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error> {
-    tape.clear();
+    if buf.len() > u32::MAX as usize {
+        return err(0, "input of 4 GB or more"); // (positions are u32; no slice comes near)
+    }
     let mut stack: Vec<usize> = Vec::new();
+    parse_value(buf, pos, tape, &mut stack).map_err(|mut e| {
+        e.eof = e.pos >= buf.len() || e.what == "unterminated string";
+        e.field = field_path(buf, tape, &stack);
+        e
+    })
+}
+
+/// Where the parse stood when it failed: the keys and indexes of the containers still open
+/// (error path only: walks the tape once).
+fn field_path(buf: &[u8], tape: &[Tok], stack: &[usize]) -> String {
+    let mut path = String::new();
+    for (depth, &open) in stack.iter().enumerate() {
+        let inner = stack.get(depth + 1).copied();
+        let mut i = open + 1;
+        if tape[open].kind == Kind::Array {
+            let mut index = 0;
+            while i < tape.len() && Some(i) != inner {
+                i = tape[i].next as usize;
+                index += 1;
+            }
+            path.push_str(&format!("[{index}]"));
+            continue;
+        }
+        let mut key = None;
+        while i < tape.len() {
+            key = Some(&tape[i]);
+            if i + 1 >= tape.len() || Some(i + 1) == inner {
+                break;
+            }
+            i = tape[i + 1].next as usize;
+        }
+        if let Some(k) = key {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&unescape(&buf[k.start as usize + 1..k.end as usize - 1]));
+        }
+    }
+    path
+}
+
+fn parse_value(buf: &[u8], pos: usize, tape: &mut Vec<Tok>, stack: &mut Vec<usize>) -> Result<usize, Error> {
+    tape.clear();
     let mut pos = pos;
     'value: loop {
         pos = skip_ws(buf, pos);
@@ -201,14 +268,14 @@ pub fn parse(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error
         match c {
             b'{' | b'[' => {
                 let kind = if c == b'{' { Kind::Object } else { Kind::Array };
-                tape.push(Tok { kind, escaped: false, start: pos, end: 0, next: 0 });
+                tape.push(Tok { kind, escaped: false, start: pos as u32, end: 0, next: 0 });
                 stack.push(idx);
                 pos = skip_ws(buf, pos + 1);
                 let close = if c == b'{' { b'}' } else { b']' };
                 if buf.get(pos) == Some(&close) {
                     pos += 1;
-                    tape[idx].end = pos;
-                    tape[idx].next = tape.len();
+                    tape[idx].end = pos as u32;
+                    tape[idx].next = tape.len() as u32;
                     stack.pop();
                 } else if c == b'{' {
                     pos = key(buf, pos, tape)?;
@@ -219,12 +286,12 @@ pub fn parse(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error
             }
             b'"' => {
                 let (end, escaped) = scan_string(buf, pos)?;
-                tape.push(Tok { kind: Kind::String, escaped, start: pos, end, next: idx + 1 });
+                tape.push(Tok { kind: Kind::String, escaped, start: pos as u32, end: end as u32, next: idx as u32 + 1 });
                 pos = end;
             }
             b'-' | b'0'..=b'9' => {
                 let end = scan_number(buf, pos)?;
-                tape.push(Tok { kind: Kind::Number, escaped: false, start: pos, end, next: idx + 1 });
+                tape.push(Tok { kind: Kind::Number, escaped: false, start: pos as u32, end: end as u32, next: idx as u32 + 1 });
                 pos = end;
             }
             b't' | b'f' | b'n' => {
@@ -234,7 +301,7 @@ pub fn parse(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error
                     _ => (Kind::Null, b"null"),
                 };
                 let end = literal(buf, pos, word)?;
-                tape.push(Tok { kind, escaped: false, start: pos, end, next: idx + 1 });
+                tape.push(Tok { kind, escaped: false, start: pos as u32, end: end as u32, next: idx as u32 + 1 });
                 pos = end;
             }
             _ => return err(pos, "expected a JSON value"),
@@ -262,8 +329,8 @@ pub fn parse(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error
                 }
             }
             pos += 1;
-            tape[top].end = pos;
-            tape[top].next = tape.len();
+            tape[top].end = pos as u32;
+            tape[top].next = tape.len() as u32;
             stack.pop();
         }
     }
@@ -277,7 +344,7 @@ fn key(buf: &[u8], pos: usize, tape: &mut Vec<Tok>) -> Result<usize, Error> {
     }
     let (end, escaped) = scan_string(buf, pos)?;
     let idx = tape.len();
-    tape.push(Tok { kind: Kind::String, escaped, start: pos, end, next: idx + 1 });
+    tape.push(Tok { kind: Kind::String, escaped, start: pos as u32, end: end as u32, next: idx as u32 + 1 });
     let pos = skip_ws(buf, end);
     if buf.get(pos) != Some(&b':') {
         return err(pos, "expected ':'");
@@ -302,12 +369,12 @@ impl<'a> Doc<'a> {
     #[inline]
     pub fn raw(&self, i: usize) -> &'a [u8] {
         let t = &self.tape[i];
-        &self.buf[t.start..t.end]
+        &self.buf[t.start as usize..t.end as usize]
     }
 
     #[inline]
     pub fn range(&self, i: usize) -> (usize, usize) {
-        (self.tape[i].start, self.tape[i].end)
+        (self.tape[i].start as usize, self.tape[i].end as usize)
     }
 
     /// The member `key` of object `obj` (the first, if logged twice), or None (also when `obj`
@@ -320,18 +387,18 @@ impl<'a> Doc<'a> {
         }
         let mut i = obj + 1;
         let key = key.as_bytes();
-        while i < t.next {
+        while i < t.next as usize {
             let k = &self.tape[i];
             let value = i + 1;
             let matches = if k.escaped {
-                unescape(&self.buf[k.start + 1..k.end - 1]).as_bytes() == key
+                unescape(&self.buf[k.start as usize + 1..k.end as usize - 1]).as_bytes() == key
             } else {
-                &self.buf[k.start + 1..k.end - 1] == key
+                &self.buf[k.start as usize + 1..k.end as usize - 1] == key
             };
             if matches {
                 return Some(value);
             }
-            i = self.tape[value].next;
+            i = self.tape[value].next as usize;
         }
         None
     }
@@ -340,7 +407,7 @@ impl<'a> Doc<'a> {
     /// when `obj` is no object).
     pub fn members(&self, obj: Option<usize>) -> Members<'_, 'a> {
         match obj {
-            Some(o) if self.tape[o].kind == Kind::Object => Members { doc: self, at: o + 1, end: self.tape[o].next },
+            Some(o) if self.tape[o].kind == Kind::Object => Members { doc: self, at: o + 1, end: self.tape[o].next as usize },
             _ => Members { doc: self, at: 0, end: 0 },
         }
     }
@@ -354,7 +421,7 @@ impl<'a> Doc<'a> {
     /// The elements of array `arr` (nothing when it is no array).
     pub fn elements(&self, arr: Option<usize>) -> Elements<'_, 'a> {
         match arr {
-            Some(a) if self.tape[a].kind == Kind::Array => Elements { doc: self, at: a + 1, end: self.tape[a].next },
+            Some(a) if self.tape[a].kind == Kind::Array => Elements { doc: self, at: a + 1, end: self.tape[a].next as usize },
             _ => Elements { doc: self, at: 0, end: 0 },
         }
     }
@@ -373,7 +440,7 @@ impl<'a> Doc<'a> {
         match t.kind {
             Kind::Null => None,
             Kind::String => {
-                let inner = &self.buf[t.start + 1..t.end - 1];
+                let inner = &self.buf[t.start as usize + 1..t.end as usize - 1];
                 if t.escaped {
                     Some(Cow::Owned(unescape(inner)))
                 } else {
@@ -418,6 +485,64 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// A count, packet number, size, offset or id: a non-negative integer below 2^63 (a string
+    /// holding one, "296" or "0x10", too; true/false as 1/0).  A number that is negative, has a
+    /// fraction or is too large is out of range; a value that is no number is none.
+    pub fn count(&self, i: usize) -> Checked<i64> {
+        let t = &self.tape[i];
+        let v = match t.kind {
+            Kind::Number => {
+                let raw = self.raw(i);
+                if raw.iter().all(|&b| b.is_ascii_digit()) {
+                    return parse_i64(raw).map_or(Checked::OutOfRange, Checked::Value);
+                }
+                fast_f64(raw)
+            }
+            Kind::String => {
+                let Some(text) = self.text(i) else { return Checked::NotNumber };
+                let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+                if let Ok(v) = text.parse::<i64>() {
+                    return if v < 0 { Checked::OutOfRange } else { Checked::Value(v) };
+                }
+                if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+                    return i64::from_str_radix(hex, 16).map_or(Checked::OutOfRange, Checked::Value);
+                }
+                if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {
+                    return Checked::OutOfRange; // (beyond 64 bits)
+                }
+                str_f64(text)
+            }
+            Kind::True => return Checked::Value(1),
+            Kind::False => return Checked::Value(0),
+            _ => return Checked::NotNumber,
+        };
+        match v {
+            None => Checked::NotNumber,
+            Some(v) if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 9_223_372_036_854_775_808.0 => {
+                Checked::Value(v as i64)
+            }
+            Some(_) => Checked::OutOfRange,
+        }
+    }
+
+    /// A time: a finite number (a string holding one, true/false as 1/0) of at most
+    /// `MAX_MAGNITUDE`; beyond that, or NaN/Infinity in a string, out of range.
+    pub fn finite(&self, i: usize) -> Checked<f64> {
+        match self.f64(i) {
+            None => Checked::NotNumber,
+            Some(v) if v.abs() <= MAX_MAGNITUDE => Checked::Value(v),
+            Some(_) => Checked::OutOfRange,
+        }
+    }
+
+    /// A duration (an ACK delay, an RTT, a timeout): as `finite`, and not negative.
+    pub fn duration(&self, i: usize) -> Checked<f64> {
+        match self.finite(i) {
+            Checked::Value(v) if v < 0.0 => Checked::OutOfRange,
+            other => other,
+        }
+    }
+
     /// BOOLEAN from the value's text (TRY_CAST of VARCHAR): true/t/yes/y/1, false/f/no/n/0.
     pub fn boolean(&self, i: usize) -> Option<bool> {
         let text = self.text(i)?;
@@ -427,6 +552,17 @@ impl<'a> Doc<'a> {
             _ => None,
         }
     }
+}
+
+/// A number read for a column that holds only some numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Checked<T> {
+    Value(T),
+    /// not a number (text, an object, null): NULL, as the store reads any such value
+    NotNumber,
+    /// a number the column cannot hold, or that the field cannot take (a negative packet number,
+    /// an ACK delay of −1 ms, a NaN in a string): NULL too, and counted in a warning
+    OutOfRange,
 }
 
 pub struct Members<'d, 'a> {
@@ -444,8 +580,8 @@ impl<'a> Iterator for Members<'_, 'a> {
         }
         let k = self.doc.tape[self.at];
         let value = self.at + 1;
-        self.at = self.doc.tape[value].next;
-        let inner = &self.doc.buf[k.start + 1..k.end - 1];
+        self.at = self.doc.tape[value].next as usize;
+        let inner = &self.doc.buf[k.start as usize + 1..k.end as usize - 1];
         let key = if k.escaped { Cow::Owned(unescape(inner).into_bytes()) } else { Cow::Borrowed(inner) };
         Some((key, value))
     }
@@ -465,7 +601,7 @@ impl Iterator for Elements<'_, '_> {
             return None;
         }
         let i = self.at;
-        self.at = self.doc.tape[i].next;
+        self.at = self.doc.tape[i].next as usize;
         Some(i)
     }
 }

@@ -32,8 +32,12 @@ mod tests;
 use event::{Canon, Layout, Records, StageOptions};
 use normalize::{Encoding, TraceOptions};
 
-create_exception!(_native, StageError, PyException, "A slice that is not valid JSON: (message, byte, record).");
-create_exception!(_native, UntimedPacket, PyException, "An event for a table of its own without a time: (name, trace, event).");
+create_exception!(_native, StageError, PyException,
+                  "A slice that is not valid JSON: (message, byte, record, field, the slice ended inside the record, \
+                   byte where that record starts).");
+create_exception!(_native, UntimedPacket, PyException,
+                  "An event for a table of its own without a time: (name, trace, event, byte of its record, \
+                   (byte, text) of a time member that is no time, or None).");
 
 /// A staged slice (opaque to Python but for its size).
 #[pyclass(frozen, module = "quicack._native")]
@@ -47,6 +51,12 @@ impl Staged {
     #[getter]
     fn num_rows(&self) -> usize {
         self.inner.events.len()
+    }
+
+    /// Values read as NULL because no column holds them: [(field, count)].
+    #[getter]
+    fn out_of_range(&self) -> Vec<(&'static str, u32)> {
+        self.inner.out_of_range.clone()
     }
 
     /// The running sum of delta times after this slice (raw units), or None.
@@ -110,7 +120,7 @@ fn stage(py: Python<'_>, path: &str, kind: &str, layout: Option<(i64, i64, i64, 
     });
     match result {
         Ok(inner) => Ok(Staged { inner }),
-        Err(e) => Err(StageError::new_err((e.what, e.pos, e.record))),
+        Err(e) => Err(StageError::new_err((e.what, e.pos, e.record, e.field, e.eof, e.at))),
     }
 }
 
@@ -119,14 +129,14 @@ fn stage(py: Python<'_>, path: &str, kind: &str, layout: Option<(i64, i64, i64, 
 #[pyfunction]
 fn array_elements<'py>(py: Python<'py>, path: &str) -> PyResult<(usize, Option<Bound<'py, PyBytes>>)> {
     let buf = py.detach(|| read(path, None))?;
-    /// (elements, the first one's byte range) or (what is wrong, where)
-    type Found = Result<(usize, Option<(usize, usize)>), (String, usize)>;
+    /// (elements, the first one's byte range) or (what is wrong, where, in which field, cut short?)
+    type Found = Result<(usize, Option<(usize, usize)>), (String, usize, String, bool)>;
     let result = py.detach(|| -> Found {
-        std::str::from_utf8(&buf).map_err(|e| ("invalid UTF-8".to_string(), e.valid_up_to()))?;
+        std::str::from_utf8(&buf).map_err(|e| ("invalid UTF-8".to_string(), e.valid_up_to(), String::new(), false))?;
         let mut tape = Vec::new();
         let mut pos = json::skip_ws(&buf, 0);
         if buf.get(pos) != Some(&b'[') {
-            return Err(("expected '['".into(), pos));
+            return Err(("expected '['".into(), pos, String::new(), false));
         }
         pos = json::skip_ws(&buf, pos + 1);
         let (mut n, mut first) = (0, None);
@@ -135,7 +145,7 @@ fn array_elements<'py>(py: Python<'py>, path: &str) -> PyResult<(usize, Option<B
         } else {
             loop {
                 let start = json::skip_ws(&buf, pos);
-                let end = json::parse(&buf, pos, &mut tape).map_err(|e| (e.what.to_string(), e.pos))?;
+                let end = json::parse(&buf, pos, &mut tape).map_err(|e| (e.what.to_string(), e.pos, e.field, e.eof))?;
                 if n == 0 {
                     first = Some((start, end));
                 }
@@ -147,18 +157,18 @@ fn array_elements<'py>(py: Python<'py>, path: &str) -> PyResult<(usize, Option<B
                         pos += 1;
                         break;
                     }
-                    _ => return Err(("expected ',' or ']'".into(), pos)),
+                    _ => return Err(("expected ',' or ']'".into(), pos, String::new(), pos >= buf.len())),
                 }
             }
         }
         if json::skip_ws(&buf, pos) != buf.len() {
-            return Err(("characters after the array".into(), pos));
+            return Err(("characters after the array".into(), pos, String::new(), false));
         }
         Ok((n, first))
     });
     match result {
         Ok((n, first)) => Ok((n, first.map(|(s, e)| PyBytes::new(py, &buf[s..e])))),
-        Err((what, pos)) => Err(StageError::new_err((what, pos, 0))),
+        Err((what, pos, field, eof)) => Err(StageError::new_err((what, pos, 0, field, eof, pos))),
     }
 }
 
@@ -215,7 +225,7 @@ impl Normalizer {
         });
         let rows = match result {
             Ok(Ok(rows)) => rows,
-            Ok(Err(untimed)) => return Err(UntimedPacket::new_err((untimed.name, untimed.trace, untimed.event))),
+            Ok(Err(u)) => return Err(UntimedPacket::new_err((u.name, u.trace, u.event, u.at, u.time))),
             Err(message) => return Err(failure.unwrap_or_else(|| PyException::new_err(message))),
         };
         let tables: PyResult<Vec<Bound<'py, PyTuple>>> = rows

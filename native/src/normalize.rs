@@ -60,6 +60,10 @@ pub struct Untimed {
     pub name: String,
     pub trace: u32,
     pub event: i64,
+    /// where its record starts in the slice
+    pub at: u32,
+    /// its time member's value, when it has one that is no time: (where in the slice, its text)
+    pub time: Option<(u32, String)>,
 }
 
 #[derive(Default)]
@@ -86,10 +90,16 @@ impl Normalizer {
         // (their rows' time_ms is NOT NULL; every qlog draft requires a time on every event; a
         // parameters_set's row takes the earliest time of its owner's)
         if let Some(e) = events.iter().find(|e| e.canon.routed() && e.canon != Canon::ParametersSet && e.t_ms.is_none()) {
+            let time = staged.bad_times.iter().find(|b| b.0 == e.at).map(|&(_, start, end)| {
+                let raw = &staged.buf[start as usize..end as usize];
+                (start, String::from_utf8_lossy(&raw[..raw.len().min(80)]).into_owned())
+            });
             return Ok(Err(Untimed {
                 name: staged.names[e.name as usize].0.to_string(),
                 trace: e.trace,
                 event: offset + e.row as i64 + 1,
+                at: e.at,
+                time,
             }));
         }
         let placed = self.place(staged, t, offset, allocate)?;

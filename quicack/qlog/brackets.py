@@ -41,6 +41,45 @@ def tokens(data: bytes) -> Iterator[tuple[re.Match, list[bytes]]]:
         yield m, stack
 
 
+_MEMBER_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},:]')
+
+
+def field_at(data: bytes, pos: int) -> str:
+    """The member byte ``pos`` of the JSON text ``data`` is in, as a path (``traces[0].
+    configuration.original_uris``; empty at the top): its brackets, keys and commas walked up to
+    there, strings skipped (error path only)."""
+    stack: list[list] = []  # [bracket, key or index, expecting a key]
+    for m in _MEMBER_TOKEN.finditer(data, 0, pos):
+        tok = m.group()
+        if tok in (b"{", b"["):
+            stack.append([tok, None if tok == b"{" else 0, tok == b"{"])
+        elif tok in (b"}", b"]"):
+            if stack:
+                stack.pop()
+        elif not stack:
+            continue
+        elif tok == b",":
+            top = stack[-1]
+            if top[0] == b"[":
+                top[1] += 1
+            else:
+                top[2] = True
+        elif tok == b":":
+            stack[-1][2] = False
+        elif stack[-1][0] == b"{" and stack[-1][2]:
+            try:
+                stack[-1][1] = orjson.loads(tok)
+            except orjson.JSONDecodeError:
+                stack[-1][1] = tok.decode("utf-8", "replace").strip('"')
+    path = ""
+    for bracket, step, _ in stack:
+        if bracket == b"[":
+            path += f"[{step}]"
+        elif step is not None:
+            path += ("." if path else "") + str(step)
+    return path
+
+
 def closers(stack: list[bytes]) -> bytes:
     """The brackets closing those of ``stack``, innermost first."""
     return b"".join(b"]" if t == b"[" else b"}" for t in reversed(stack))

@@ -40,8 +40,6 @@ from quicack.qlog import slicing
 from quicack.qlog.brackets import EVENTS_KEY, Irregular, closed, complete_elements
 from quicack.qlog.slicing import Batch, Slice, Source, first_time, unlink, without_bom
 
-#: the longest stretch of a JSON document searched for the end of one event before giving up
-MAX_OBJECT_BYTES = 32 << 20
 #: Candidate cuts tried per slice of a JSON document before giving up on the streaming pass.
 MAX_CUT_TRIES = 64
 #: how far from the end of a document the end of its one events array is looked for
@@ -53,12 +51,14 @@ _CUT = re.compile(rb'(?<=[}\]])\s*,')  # an element ends, another follows
 _END = re.compile(rb'(?<=[}\]])\s*\]|^\s*\]')  # an element ends and so does the array (or it is empty)
 
 
-def open_streaming(path: Path, name: str, size: int, unit: str = "byte") -> Source | None:
+def open_streaming(path: Path, name: str, size: int, unit: str = "byte", opener=None) -> Source | None:
     """Find the events arrays of a JSON document and cut them into slices, or None.  ``unit``:
-    what the positions in messages count."""
-    source = Source(name, "json", "", [], size, unit=unit)
+    what the positions in messages count; ``opener()``: the document as a file to read and seek
+    when ``path`` is not it (a gzip file's :class:`quicack.qlog.gzipfile.GzipWindow`): its
+    slices are then copied into temporary files, each one slice long."""
+    source = Source(name, "json", "", [], size, unit=unit, opener=opener)
     try:
-        with open(path, "rb") as f:
+        with source.open(path) as f:
             if _open_one_array(source, path, f):
                 return source
             f.seek(max(0, size - 64))
@@ -66,11 +66,11 @@ def open_streaming(path: Path, name: str, size: int, unit: str = "byte") -> Sour
     except OSError:
         ends_open = False
     if ends_open:
-        found = _open_cut_short(path, name, size, unit)
+        found = _open_cut_short(path, name, size, unit, opener)
         if found is not None:
             return found
     try:
-        with open(path, "rb") as f:
+        with source.open(path) as f:
             skeleton, plan = _plan_json(source, f, size, cut_short=True)
         cut_short = bool(source.warnings)  # the file ended inside its last events array
         if (ends_open and not cut_short) or (cut_short and not any(parts for parts, _ in plan)):
@@ -82,9 +82,11 @@ def open_streaming(path: Path, name: str, size: int, unit: str = "byte") -> Sour
             raise Irregular("the document does not close")
         version = qlog.generation(doc)
         trace_docs = qlog.traces_of(doc)
-    except (Irregular, orjson.JSONDecodeError, QuicackError, OSError):
+    except (Irregular, orjson.JSONDecodeError, QuicackError, OSError) as e:
         source.close()
-        return _open_cut_short(path, name, size, unit)
+        if getattr(e, "final", False):
+            raise
+        return _open_cut_short(path, name, size, unit, opener)
     with_events = [i for i, t in enumerate(trace_docs) if "events" in t]
     if len(with_events) != len(plan) or any(trace_docs[i]["events"] != [] for i in with_events):
         source.close()
@@ -105,13 +107,13 @@ def open_streaming(path: Path, name: str, size: int, unit: str = "byte") -> Sour
     return source
 
 
-def _open_cut_short(path: Path, name: str, size: int, unit: str = "byte") -> Source | None:
+def _open_cut_short(path: Path, name: str, size: int, unit: str = "byte", opener=None) -> Source | None:
     """A document of one events array that ends inside it (a writer killed mid-file: JSON qlog
     writers close the array and the document only when the connection ends), cut like a whole
     one up to its last complete event; None if it is not one (parsed whole, then salvaged)."""
-    source = Source(name, "json", "", [], size, unit=unit)
+    source = Source(name, "json", "", [], size, unit=unit, opener=opener)
     try:
-        with open(path, "rb") as f:
+        with source.open(path) as f:
             if _open_one_array(source, path, f, cut_short=True):
                 return source
     except OSError:
@@ -204,7 +206,7 @@ def _lazy_cuts(source: Source, path: Path, index: int, start: int, end: int,
     ``cut_short``: the file ends inside the array (``end`` is its size); the last slice ends with
     the last complete event, and a warning says where."""
     slice_bytes = slicing.SLICE_BYTES
-    with open(path, "rb") as f:
+    with source.open(path) as f:
         cur, want = start, slice_bytes
         while cur < end:
             final = cur + want >= end
@@ -234,12 +236,12 @@ def _lazy_cuts(source: Source, path: Path, index: int, start: int, end: int,
             else:
                 cuts = [tail_at - cur + m.end() - 1 for m in _CUT.finditer(window)]
             del window
-            found = _staged_cut(source, path, cuts, index, cur, source.size if final else None)
+            found, refusal = _staged_cut(source, path, f, cuts, index, cur, source.size if final else None)
             if found is None and final:
-                raise QuicackError("malformed events array", source.name, f"{source.unit} {cur}")
+                raise refusal or QuicackError("malformed events array", source.name, f"{source.unit} {cur}")
             if found is None:
-                if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
-                    raise QuicackError(f"no event boundary within {want >> 20} MB", source.name, f"{source.unit} {cur}")
+                if want >= 8 * slice_bytes and want >= slicing.MAX_RECORD_BYTES:
+                    raise _too_long(source, want, cur)
                 want *= 2
                 continue
             cut, part = found
@@ -270,19 +272,67 @@ def _candidates(source: Source, window: bytes, cuts: list[int]) -> Iterator[tupl
     unlink(tmp)
 
 
-def _staged_cut(source: Source, path: Path, cuts: list[int], index: int, start: int, done: int | None):
-    """(cut, slice staged) for the last of ``cuts`` (offsets from ``start`` in ``path``, at most
-    MAX_CUT_TRIES from the end) at which the elements from ``start`` stage; None if none does (a
-    cut inside a string leaves it unterminated, a bad event does not parse at any).  ``done``:
-    the slice's progress, else where it ends."""
-    for cut in reversed(cuts[-MAX_CUT_TRIES:]):
-        part = Slice(index, str(path), "elements", start + cut if done is None else done, range=(start, start + cut))
-        try:
-            part.staged = slicing.stage(source, part)
-        except QuicackError:
-            continue
-        return cut, part
-    return None
+def _too_long(source: Source, want: int, cur: int) -> QuicackError:
+    e = QuicackError(f"no event boundary within {want >> 20} MB: an event longer than "
+                     f"{slicing.MAX_RECORD_BYTES >> 20} MB, the most one may hold?", source.name, f"{source.unit} {cur}")
+    e.final = True  # (no other way of reading the document is tried: it would hold all of it)
+    return e
+
+
+def _staged_cut(source: Source, path: Path, f, cuts: list[int], index: int, start: int, done: int | None):
+    """((cut, slice staged), None) for the last of ``cuts`` (offsets from ``start`` in ``path``,
+    at most MAX_CUT_TRIES from the end) at which the elements from ``start`` stage; (None, the
+    last refusal) if none does: a cut inside an event leaves the slice ending inside it, and the
+    next cut is tried.  A bad token before the cut is the file's, not the cut's: raised at once,
+    naming its byte and field.  ``done``: the slice's progress, else where it ends."""
+    refusal = None
+    with contextlib.closing(_cut_slices(source, path, f, cuts, index, start, done)) as parts:
+        for cut, part in parts:
+            try:
+                part.staged = slicing.stage(source, part)
+            except QuicackError as e:
+                if getattr(e, "final", False):
+                    raise
+                refusal = e
+                continue
+            return (cut, part), None
+    return None, refusal
+
+
+def _cut_slices(source: Source, path: Path, f, cuts: list[int], index: int, start: int, done: int | None
+                ) -> Iterator[tuple[int, Slice]]:
+    """(cut, its slice) for the last of ``cuts`` first: bytes of ``path`` read by the stager, or,
+    when the document is not a plain file, of one temporary file cut shorter for each cut (removed
+    unless a slice of it was taken)."""
+    tries = list(reversed(cuts[-MAX_CUT_TRIES:]))
+    if source.opener is None:
+        for cut in tries:
+            yield cut, Slice(index, str(path), "elements", start + cut if done is None else done,
+                             range=(start, start + cut))
+        return
+    if not tries:
+        return
+    fd, tmp = source.temp(".json", tries[0])
+    taken = False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            f.seek(start)
+            left = tries[0]
+            while left > 0:
+                chunk = f.read(min(left, slicing.CHUNK_BYTES))
+                if not chunk:
+                    break
+                out.write(chunk)
+                left -= len(chunk)
+            for cut in tries:
+                out.truncate(cut)
+                out.flush()
+                taken = True
+                yield cut, Slice(index, tmp, "elements", start + cut if done is None else done, base=start)
+                taken = False
+    finally:
+        if not taken:
+            unlink(tmp)
 
 
 def _streamed_slices(source: Source, arrays: list[tuple[int, list]]) -> Iterator[Slice]:
@@ -312,8 +362,17 @@ def _plan_json(source: Source, f, size: int, cut_short: bool = False) -> tuple[b
     plan = []
     pos = 0
     kept = None  # where the last event of the arrays so far ends
+    held = 0  # bytes of the skeleton
     while True:
         m = _search(f, EVENTS_KEY, pos, size)
+        end = size if m is None else m[1]
+        held += end - pos
+        if held > slicing.MAX_HEADER_BYTES:  # (refused before it is read: parsing it takes a multiple)
+            e = QuicackError(f"qlog header (the document without its events) longer than "
+                             f"{slicing.MAX_HEADER_BYTES >> 20} MB, the most a header may hold", source.name,
+                             f"{source.unit} 0")
+            e.final = True
+            raise e
         if m is None:
             f.seek(pos)
             skeleton.append(f.read())
@@ -372,9 +431,10 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
         if reaches_bound:
             # The array usually ends just before the bound: look in the tail first.
             tail_at = max(0, len(window) - (1 << 16))
-            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)])
+            found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window, tail_at)], cur)
             if found is None and tail_at:
-                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at])
+                found = _try_cuts(source, window, [m.end() - 1 for m in _END.finditer(window) if m.start() < tail_at],
+                                  cur)
             if found is None and bound < size:
                 # The "events" key found next was inside an event: look up to the one after it.
                 following = _search(f, EVENTS_KEY, bound + 1, size)
@@ -393,7 +453,7 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
                                            f"complete event up to {source.unit} {last_end}")
                     if last is None:
                         return parts, first, size
-                    found = _try_cuts(source, window, [last])
+                    found = _try_cuts(source, window, [last], cur)
             if found is None:
                 raise Irregular("no end of the events array")
             cut, tmp, n, head = found
@@ -405,10 +465,10 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
             return parts, first, size if ends_inside else cur + cut
         tail = window[-(1 << 16):]
         base = len(window) - len(tail)
-        found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)])
+        found = _try_cuts(source, window, [base + m.end() - 1 for m in _CUT.finditer(tail)], cur)
         if found is None:
-            if want >= 8 * slice_bytes and want > MAX_OBJECT_BYTES:
-                raise Irregular("no element boundary found")
+            if want >= 8 * slice_bytes and want >= slicing.MAX_RECORD_BYTES:
+                raise _too_long(source, want, cur)
             want *= 2
             continue
         cut, tmp, n, head = found
@@ -418,14 +478,22 @@ def _cut_array(source: Source, f, start: int, size: int, cut_short: bool = False
         want = slice_bytes
 
 
-def _try_cuts(source: Source, window: bytes, cuts: list[int]) -> tuple[int, str, int, bytes | None] | None:
+def _try_cuts(source: Source, window: bytes, cuts: list[int], start: int | None = None
+              ) -> tuple[int, str, int, bytes | None] | None:
     """The last cut (from the end) at which ``[`` + window[:cut] + ``]`` is a JSON array: (cut,
-    its temporary file, its elements, the first one's JSON text or None)."""
+    its temporary file, its elements, the first one's JSON text or None).  ``start``: where the
+    window begins in the file; a bad token before a cut is then refused at once, naming its byte."""
     with contextlib.closing(_candidates(source, window, cuts)) as candidates:
         for cut, tmp in candidates:
             try:
                 n, head = native.array_elements(tmp)
-            except native.StageError:
+            except native.StageError as e:
+                what, pos, _, field, eof, _ = e.args
+                # (before the cut, a bad token is the file's; the ']' after it, and what follows the
+                # array when the cut is beyond its end, are the cut's)
+                if not eof and start is not None and pos <= cut and what != "characters after the array":
+                    raise slicing.Malformed("malformed events array: " + slicing.detail(what, None, field),
+                                            source.name, f"{source.unit} {start + pos - 1}", eof=False) from None
                 continue
             return cut, tmp, n, head
     return None

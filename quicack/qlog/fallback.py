@@ -18,9 +18,22 @@ import orjson
 
 from quicack.model import QuicackError
 from quicack.qlog import dialect as qlog
-from quicack.qlog.brackets import EVENTS_KEY, Irregular, closers, tokens
+from quicack.qlog.brackets import EVENTS_KEY, Irregular, closers, field_at, tokens
 from quicack.qlog.dialect import TraceInfo
-from quicack.qlog.slicing import Batch, Slice, Source, first_time, without_bom
+from quicack.qlog.slicing import Batch, Slice, Source, detail, first_time, without_bom
+
+
+#: The largest JSON document parsed whole (what the streaming cutter cannot follow): parsed,
+#: one takes several times its size in memory.
+MAX_WHOLE_BYTES = 192 << 20
+
+
+def check_whole(name: str, size: int, what: str = "") -> None:
+    """Refuse a document the cutter cannot follow that is too large to parse whole."""
+    if size > MAX_WHOLE_BYTES:
+        raise QuicackError(f"a JSON document of {size / 1e6:.0f} MB {what}laid out so that it cannot be read in "
+                           f"slices, and parsing it whole takes more memory than {MAX_WHOLE_BYTES >> 20} MB of it may "
+                           "(JSON-SEQ is read in slices whatever its size)", name)
 
 
 def open_whole(name: str, data: bytes, size: int, doc=None, unit: str = "byte",
@@ -38,7 +51,8 @@ def open_whole(name: str, data: bytes, size: int, doc=None, unit: str = "byte",
     except orjson.JSONDecodeError as e:
         doc = salvage(data)
         if doc is None:
-            raise QuicackError(f"not valid JSON: {e.msg}", name, f"{unit} {bom + e.pos}") from None
+            field = field_at(data, e.pos) if e.pos < len(data) else ""
+            raise QuicackError("not valid JSON: " + detail(e.msg, None, field), name, f"{unit} {bom + e.pos}") from None
         doc, kept_until = doc
         warnings.append(f"{name}: JSON cut short at {unit} {size_read}; kept every complete event "
                         f"up to {unit} {bom + kept_until}")

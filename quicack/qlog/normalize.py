@@ -64,12 +64,15 @@ class Normalizer:
         self.slices: dict[int, int] = {}  # slices per trace
         self._native = native.Normalizer()
 
-    def rows(self, trace_index: int, ev: native.Staged,
-             traces: tuple[tuple[int, int], ...] = ()) -> list[tuple[str, pa.Table]]:
+    def rows(self, trace_index: int, ev: native.Staged, traces: tuple[tuple[int, int], ...] = (),
+             offset_of: Callable[[int], int | None] = lambda pos: None,
+             unit: str = "byte") -> list[tuple[str, pa.Table]]:
         """The rows of one staged slice, table by table: ``ev``, from :func:`quicack.qlog.slicing.stage`
         (events of trace ``trace_index``, in file order; or of several whole traces alike in
         :func:`slice_key`, ``traces`` naming them with their event counts).  Slices come in file
-        order; the store is not touched (this may run in the thread that stages slices)."""
+        order; the store is not touched (this may run in the thread that stages slices).
+        ``offset_of(pos)``: the file position (in ``unit``) of byte ``pos`` of the slice, if known
+        (:meth:`quicack.qlog.slicing.Slice.offset`), for messages."""
         t = self.traces[trace_index]
         offset = self.seen.get(trace_index, 0)
         n = ev.num_rows
@@ -98,9 +101,15 @@ class Normalizer:
         except native.UntimedPacket as e:
             # the time_ms of packets, frames' packets, logged_metrics, … needs one, and every qlog
             # draft requires ``time`` on every event (an event for other_events is kept without)
-            name, trace, event = e.args
-            raise QuicackError(f"{name} event without a time (qlog requires one on every event)", None,
-                               f"trace {trace} event {event}") from None
+            name, trace, event, _, time = e.args
+            if time is None:
+                raise QuicackError(f"{name} event without a time (qlog requires one on every event)", None,
+                                   f"trace {trace} event {event}") from None
+            pos, text = time
+            at = offset_of(pos)
+            raise QuicackError(f"{name} event's time {text} is no time (a finite number; field time of trace {trace} "
+                               f"event {event})", None, f"trace {trace} event {event}" if at is None else f"{unit} {at}"
+                               ) from None
         return [(name, native.table(columns)) for name, columns in tables]
 
     def insert(self, tables: list[tuple[str, pa.Table]]) -> None:

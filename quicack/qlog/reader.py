@@ -21,7 +21,6 @@ from __future__ import annotations
 import gzip
 import os
 import queue
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from quicack.core import native
 from quicack.model import QuicackError
 from quicack.qlog import dialect as qlog
 from quicack.qlog import document, fallback, slicing
+from quicack.qlog.gzipfile import GzipWindow
 from quicack.qlog.slicing import Slice, Source, first_time, unlink, without_bom
 
 HEAD_BYTES = 1 << 20
@@ -121,13 +121,15 @@ def open_source(path: Path) -> Source:
             found = document.open_streaming(path, name, size)
             if found is not None:
                 return found
+            fallback.check_whole(name, size)
             with open(path, "rb") as f:
                 return fallback.open_whole(name, f.read(), size)
         want = WHOLE_JSON_BYTES + 1 - len(head)
         rest, error = (b"", error) if error is not None or want <= 0 else _read(stream, want)
         data = head + rest
         if len(data) > WHOLE_JSON_BYTES:
-            return _open_json_gzip(name, stream, data, size, error)
+            stream.close()
+            return _open_json_gzip(path, name, size)
         if error is None:
             rest, error = _read(stream)
             data += rest
@@ -139,39 +141,28 @@ def open_source(path: Path) -> Source:
         raise
 
 
-def _open_json_gzip(name: str, stream, head: bytes, size: int, error: Exception | None) -> Source:
-    """A gzip JSON document larger than WHOLE_JSON_BYTES decompressed: written to a temporary
-    file and cut like a plain one (parsed whole, it would take many times its gzip file's size of
-    memory).  Progress counts the gzip file's bytes, positions the decompressed ones."""
-    fd, tmp = tempfile.mkstemp(suffix=".qlog", prefix="quicack-")
+def _open_json_gzip(path: Path, name: str, size: int) -> Source:
+    """A gzip JSON document larger than WHOLE_JSON_BYTES decompressed: cut like a plain one (parsed
+    whole, it would take many times its gzip file's size of memory), read from the gzip file itself
+    as the cutter goes (:class:`quicack.qlog.gzipfile.GzipWindow`): no temporary file but each
+    slice's.  Progress counts the gzip file's bytes, positions the decompressed ones."""
+    with GzipWindow(path) as probe:  # (one pass: the size, and checkpoints the cutter seeks back to)
+        total = probe.size()
+        error = probe.error
+    early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(head)
-            total = len(head)
-            del head
-            while error is None:
-                part, error = _read(stream, slicing.SLICE_BYTES)
-                if not part:
-                    break
-                out.write(part)
-                total += len(part)
-        stream.close()
-        early = [] if error is None else [_ended_early(name, "decompressed byte", total, error)]
         # (a gzip stream that ends early mostly leaves a document cut short: read as one)
-        found = document.open_streaming(Path(tmp), name, total, unit="decompressed byte")
+        found = document.open_streaming(path, name, total, unit="decompressed byte",
+                                        opener=lambda: GzipWindow(path, share=probe))
         if found is None:  # a layout the cutter does not follow: parsed whole
-            with open(tmp, "rb") as f:
+            fallback.check_whole(name, total, "decompressed ")
+            with GzipWindow(path, share=probe) as f:
                 return fallback.open_whole(name, f.read(), size, unit="decompressed byte", warnings=early)
         found.warnings[:0] = early
-        found.temps.append(tmp)
-        tmp = None
         found.cutter = _decompressed_slices(found.cutter, total, size)
         return found
     except QuicackError as e:
         raise QuicackError(e.message, name, _decompressed(e.position)) from None
-    finally:
-        if tmp is not None:
-            unlink(tmp)
 
 
 def _decompressed(position: str | None) -> str | None:
@@ -208,6 +199,18 @@ def _open_lines(path: Path, name: str, stream, head: bytes, fmt: str, compressed
     text = head.replace(RS, b"\n")
     start = len(text) - len(text.lstrip(b" \t\r\n\xef\xbb\xbf"))
     end = text.find(b"\n", start)
+    while end < 0 and len(text) >= HEAD_BYTES:  # a header longer than the head: read on to its end
+        if len(text) - start > slicing.MAX_HEADER_BYTES:
+            raise QuicackError(f"qlog header longer than {slicing.MAX_HEADER_BYTES >> 20} MB, the most a header "
+                               "may hold", name, f"{unit} {start}")
+        more, error = _read(stream, slicing.CHUNK_BYTES)
+        if not more:
+            break
+        end = more.replace(RS, b"\n").find(b"\n")
+        end = end if end < 0 else len(text) + end
+        text += more.replace(RS, b"\n")
+        if error is not None:
+            break
     header_bytes = text[start:] if end < 0 else text[start:end]
     try:
         header = orjson.loads(header_bytes)
@@ -223,50 +226,72 @@ def _open_lines(path: Path, name: str, stream, head: bytes, fmt: str, compressed
     body_offset = start + len(header_bytes)
     first_record = _first_record(text[body_offset:])
     traces = [qlog.describe_trace(header, trace_headers[0], 0, first_time(first_record, trace_headers[0]))]
-    source = Source(name, fmt, version, traces, size)
+    source = Source(name, fmt, version, traces, size, unit=unit)
     if compressed:
         source.cutter = _line_slices(source, stream, text, body_offset, compressed, fmt, unit)
     else:
         stream.close()
         source.cutter = _file_slices(source, path, body_offset, fmt)
-    source.diagnose = lambda e: _bad_record(path, name, unit, e)
+    source.diagnose = lambda e, part: _bad_record(path, name, unit, e, part)
     return source
 
 
 def _line_slices(source: Source, stream, text: bytes, body_offset: int, compressed: bool, fmt: str,
                  unit: str) -> Iterator[Slice]:
     """Copy whole lines, record separators turned into newlines, into temporary files of about
-    SLICE_BYTES each; ``text`` is what was read already (separators replaced)."""
+    SLICE_BYTES each; ``text`` is what was read already (separators replaced).  Linear in the
+    stream's size however long its lines: a record longer than MAX_RECORD_BYTES refuses the file
+    once that much of it is read, and a run of blanks is dropped as it comes."""
     raw_file = stream.fileobj if compressed else stream
     chunk_bytes = max(1, min(slicing.CHUNK_BYTES, slicing.SLICE_BYTES))
-    pending = text[body_offset:]
+    pending = bytearray(text[body_offset:])
+    start = body_offset  # the stream's offset of pending[0]
     total = len(text)  # bytes of the (decompressed) stream read so far, up to the end of ``pending``
+    last_end = pending.rfind(b"\n")  # the last line end in ``pending``, or -1
     eof = False
     with stream:
         while pending or not eof:
             fd, tmp = source.temp(".ndjson")
-            written = 0
+            written, base = 0, start
             with os.fdopen(fd, "wb") as out:
                 while True:
-                    cut = pending.rfind(b"\n", 0, max(slicing.SLICE_BYTES - written, 0)) + 1
-                    if not cut and not written:
-                        cut = pending.find(b"\n") + 1  # a record longer than a slice
+                    cut = 0
+                    if last_end >= 0:
+                        budget = max(slicing.SLICE_BYTES - written, 0)
+                        cut = last_end + 1 if last_end < budget else pending.rfind(b"\n", 0, budget) + 1
+                        if not cut and not written:
+                            cut = pending.find(b"\n") + 1  # a record longer than a slice
                     if cut:
                         out.write(memoryview(pending)[:cut])
                         written += cut
-                        pending = pending[cut:]
-                    if b"\n" in pending or eof:
+                        del pending[:cut]
+                        start += cut
+                        last_end = last_end - cut if last_end >= cut else -1
+                    if last_end >= 0 or eof:
                         break  # the slice is full, or the stream is done
                     raw, error = _read(stream, chunk_bytes)
+                    got = len(raw)
                     if raw:
                         total += len(raw)
-                        pending += raw.replace(RS, b"\n")
+                        raw = raw.replace(RS, b"\n")
+                        found = raw.rfind(b"\n")
+                        if found >= 0:
+                            last_end = len(pending) + found
+                        elif not raw.strip() and not pending.strip():
+                            start += len(pending) + len(raw)  # blanks: no record, nothing to keep
+                            pending.clear()
+                            raw = b""
+                        pending += raw
+                        if last_end < 0 and len(pending) > slicing.MAX_RECORD_BYTES:
+                            blanks = len(pending) - len(pending.lstrip())
+                            raise QuicackError(f"a record longer than {slicing.MAX_RECORD_BYTES >> 20} MB, the most "
+                                               "one may hold", source.name, f"{unit} {start + blanks}")
                     if error is not None:
                         source.warnings.append(_ended_early(source.name, unit, total, error))
-                    eof = not raw or error is not None
-                if eof and b"\n" not in pending:
+                    eof = not got or error is not None
+                if eof and last_end < 0:
                     if pending.strip():
-                        if _incomplete_tail(pending):
+                        if _incomplete_tail(bytes(pending)):
                             record_start = total - len(pending) - (1 if fmt == "json-seq" else 0)  # at its RS
                             source.warnings.append(
                                 f"{source.name}: last record cut short at {unit} {record_start} (file ends at "
@@ -274,10 +299,11 @@ def _line_slices(source: Source, stream, text: bytes, body_offset: int, compress
                         else:
                             out.write(pending + b"\n")
                             written += len(pending)
-                    pending = b""
+                    start += len(pending)
+                    pending.clear()
             if written:
                 done = raw_file.tell() if compressed else total - len(pending)
-                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done))
+                yield Slice(0, tmp, "lines", source.size if eof and not pending else min(source.size, done), base=base)
             else:
                 unlink(tmp)
 
@@ -289,6 +315,8 @@ def _file_slices(source: Source, path: Path, offset: int, fmt: str) -> Iterator[
         fd = f.fileno()
         size = os.fstat(fd).st_size
         end_of_records = _last_newline(fd, size, offset) + 1 or offset
+        if size - end_of_records > slicing.MAX_RECORD_BYTES:
+            _too_long(source, fd, end_of_records)
         tail = os.pread(fd, size - end_of_records, end_of_records) if size > end_of_records else b""
         if tail.strip(b" \t\r\n\x1e"):
             if _incomplete_tail(tail.replace(RS, b"\n")):
@@ -302,9 +330,19 @@ def _file_slices(source: Source, path: Path, offset: int, fmt: str) -> Iterator[
             end = end_of_records
             if pos + slicing.SLICE_BYTES < end_of_records:
                 at = pos + slicing.SLICE_BYTES
-                end = _last_newline(fd, at, pos) + 1 or _next_newline(fd, at) + 1
+                end = _last_newline(fd, at, pos) + 1 or _next_newline(fd, at, pos + slicing.MAX_RECORD_BYTES + 1) + 1
+            if end - pos > slicing.MAX_RECORD_BYTES:
+                _too_long(source, fd, pos)
             yield Slice(0, str(path), "lines", end, range=(pos, end))
             pos = end
+
+
+def _too_long(source: Source, fd: int, pos: int):
+    """Refuse a record longer than MAX_RECORD_BYTES, at its first byte (never read whole)."""
+    head = os.pread(fd, 1 << 16, pos)
+    blanks = len(head) - len(head.lstrip(b" \t\r\n\x1e"))
+    raise QuicackError(f"a record longer than {slicing.MAX_RECORD_BYTES >> 20} MB, the most one may hold",
+                       source.name, f"byte {pos + blanks}")
 
 
 def _last_newline(fd: int, before: int, floor: int) -> int:
@@ -320,10 +358,11 @@ def _last_newline(fd: int, before: int, floor: int) -> int:
     return -1
 
 
-def _next_newline(fd: int, at: int) -> int:
-    """Position of the first newline at or after ``at`` (the file's last byte if none)."""
+def _next_newline(fd: int, at: int, limit: int) -> int:
+    """Position of the first newline at or after ``at`` (the file's last byte if none; ``limit``
+    if there is none before it)."""
     block = 1 << 16
-    while True:
+    while at < limit:
         chunk = os.pread(fd, block, at)
         if not chunk:
             return at - 1
@@ -331,6 +370,7 @@ def _next_newline(fd: int, at: int) -> int:
         if found >= 0:
             return at + found
         at += len(chunk)
+    return limit
 
 
 def _first_record(body: bytes):
@@ -359,8 +399,14 @@ def _first_line(e: Exception) -> str:
     return (str(e.args[0]) if e.args else str(e)).splitlines()[0][:300]
 
 
-def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
-    """Name the first record that is not JSON (error path only: a Python scan is fine)."""
+def _bad_record(path: Path, name: str, unit: str, e: Exception, part: Slice) -> QuicackError:
+    """Name the record the stager refused: its number in the file, where it starts, the bad
+    token's byte and the member it is in (error path only: a Python scan is fine)."""
+    what, pos, _, field, _, at = e.args
+    start, token = part.offset(at), part.offset(pos)
+    if start is not None:
+        return QuicackError(f"malformed record {_record_number(path, start)}: "
+                            + slicing.detail(what, token if token != start else None, field, unit), name, f"{unit} {start}")
     offset = 0  # of the line being read
     record = 0
     carry = b""
@@ -381,6 +427,27 @@ def _bad_record(path: Path, name: str, unit: str, e: Exception) -> QuicackError:
                 offset += len(line) + 1
             if not chunk:
                 return QuicackError(f"malformed event records: {_first_line(e)}", name)
+
+
+def _record_number(path: Path, start: int) -> int:
+    """The number (from 1, the header's) of the record that starts at ``start``: the non-blank
+    pieces between line ends and record separators before it, plus one."""
+    count, blank = 0, True  # records before; whether the piece being read is blank so far
+    stream, _ = _open(path)
+    left = start
+    with stream:
+        while left > 0:
+            chunk, _ = _read(stream, min(slicing.CHUNK_BYTES, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            pieces = chunk.replace(RS, b"\n").split(b"\n")
+            for i, piece in enumerate(pieces):
+                blank = blank and not piece.strip()
+                if i < len(pieces) - 1:
+                    count += not blank
+                    blank = True
+    return count + 1
 
 
 # --- staging slices -----------------------------------------------------------------------------

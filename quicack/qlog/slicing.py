@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -37,6 +38,29 @@ from quicack.qlog.normalize import slice_key
 SLICE_BYTES = 8 << 20
 #: Bytes read from a stream at a time.
 CHUNK_BYTES = 2 << 20
+#: The most one record may hold — a JSON-SEQ or NDJSON line, an event of a JSON document, a
+#: header — in every format alike: a longer one refuses the file as soon as it is seen, before
+#: it is read into memory.  Storing one takes a multiple of its size (its tape here, DuckDB's
+#: parse of it as JSON in other_events): a record of 48 MB of one-digit numbers peaks at ~1.2 GB.
+MAX_RECORD_BYTES = 48 << 20
+#: The most a header may hold (a JSON document without its events, a JSON-SEQ file's first
+#: record): parsed in Python, not as rows, it costs less per byte (a 50 MB title peaks at ~0.6 GB).
+MAX_HEADER_BYTES = 64 << 20
+
+
+class Malformed(QuicackError):
+    """A slice the native parser refused.  ``eof``: the slice ended inside a record (a cut in
+    the wrong place, when a cut is being tried) rather than a token being wrong."""
+
+    def __init__(self, message: str, path: str | None, position: str | None, eof: bool):
+        super().__init__(message, path, position)
+        self.eof = eof
+
+
+def detail(what: str, token: int | None, field: str, unit: str = "byte") -> str:
+    """A parser's refusal with the bad token's byte and the member it is in, when known."""
+    where = ([f"{unit} {token}"] if token is not None else []) + ([f"field {field}"] if field else [])
+    return what + (f" ({', '.join(where)})" if where else "")
 
 
 @dataclass
@@ -54,6 +78,15 @@ class Slice:
     traces: tuple[tuple[int, int], ...] = ()
     #: its events, when staging it was how its cut was checked (quicack.qlog.document)
     staged: object = None
+    #: where in the file (decompressed, for gzip) byte 0 of a temporary slice was, when it is a
+    #: copy of one stretch of it (for messages)
+    base: int | None = None
+
+    def offset(self, pos: int) -> int | None:
+        """The file position of byte ``pos`` of the slice, when known."""
+        if self.range is not None:
+            return self.range[0] + pos
+        return None if self.base is None else self.base + pos
 
 
 @dataclass
@@ -72,9 +105,21 @@ class Source:
     #: temporary files removed when the source is closed
     temps: list[str] = field(default_factory=list)
     #: the error to raise for a slice the stager refuses, made from the stager's (lines only)
-    diagnose: Callable[[Exception], QuicackError] | None = None
+    diagnose: Callable[[Exception, Slice], QuicackError] | None = None
     unit: str = "byte"  # what positions in its messages count ('decompressed byte' for gzip)
+    #: the file to read when it is not ``path`` itself (a gzip document, read decompressed)
+    opener: Callable[[], object] | None = None
+    #: values read as NULL because no column holds them, per field (schemas/README.md)
+    out_of_range: dict[str, int] = field(default_factory=dict)
     _delta_sum: dict[int, float] = field(default_factory=dict)
+
+    def out_of_range_warning(self) -> str | None:
+        """The warning naming the values read as NULL because no column holds them, if any."""
+        if not self.out_of_range:
+            return None
+        counts = sorted(self.out_of_range.items(), key=lambda kv: (-kv[1], kv[0]))
+        return (f"{self.name}: {sum(self.out_of_range.values())} values outside what their column holds read as NULL "
+                "(" + ", ".join(f"{name} {n}" for name, n in counts) + ")")
 
     def slices(self) -> Iterator[Slice]:
         """Slices in file order; each temporary file is removed once the next one is asked for."""
@@ -95,14 +140,74 @@ class Source:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def temp(self, suffix: str) -> tuple[int, str]:
-        """A temporary file (descriptor, path), removed when the source is closed."""
-        fd, tmp = tempfile.mkstemp(suffix=suffix, prefix="quicack-")
+    def open(self, path):
+        """The file to read: ``path``, or what :attr:`opener` gives."""
+        return self.opener() if self.opener is not None else open(path, "rb")
+
+    def temp(self, suffix: str, size: int = SLICE_BYTES) -> tuple[int, str]:
+        """A temporary file (descriptor, path) for about ``size`` bytes, removed when the source is
+        closed (:func:`temp_file`)."""
+        fd, tmp = temp_file(suffix, size)
         self.temps.append(tmp)
         return fd, tmp
 
 
+#: Where this process's open descriptors are named (Linux): a temporary file is opened and
+#: removed at once, and read through its descriptor's name, so that nothing is left behind when
+#: the process is killed.
+_PROC_FD = "/proc/self/fd"
+#: descriptor names of removed temporary files → the descriptor keeping each alive
+_KEPT: dict[str, int] = {}
+_KEPT_LOCK = threading.Lock()
+#: free space left aside beyond what a temporary file needs
+SPARE_BYTES = 16 << 20
+
+
+def check_free_space(directory: str, needed: int, what: str) -> None:
+    """Refuse at once, saying how much is needed, what will not fit in ``directory``."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return
+    free = stat.f_bavail * stat.f_frsize
+    if free < needed + SPARE_BYTES:
+        raise QuicackError(f"not enough free disk space for {what} in {directory}: {_mb(free)} free, "
+                           f"{_mb(needed + SPARE_BYTES)} needed (set TMPDIR to another place?)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 10e6 else f"{n / 1e6:.0f} MB"
+
+
+def temp_file(suffix: str, size: int = SLICE_BYTES) -> tuple[int, str]:
+    """A new temporary file for about ``size`` bytes: (descriptor to write with, path to read it
+    by); refused at once when the disk cannot hold it.  On Linux the file is removed as soon as
+    it is made and read by its descriptor's name (``/proc/self/fd/N``), so a killed process
+    leaves none behind; :func:`unlink` closes it."""
+    directory = tempfile.gettempdir()
+    check_free_space(directory, size, "a temporary file")
+    fd, tmp = tempfile.mkstemp(suffix=suffix, prefix="quicack-", dir=directory)
+    if not os.path.isdir(_PROC_FD):
+        return fd, tmp
+    try:
+        keep = os.open(tmp, os.O_RDONLY)
+    except OSError:
+        return fd, tmp
+    os.unlink(tmp)
+    name = f"{_PROC_FD}/{keep}"
+    with _KEPT_LOCK:
+        _KEPT[name] = keep
+    return fd, name
+
+
 def unlink(path: str) -> None:
+    """Remove a temporary file (close a removed one's descriptor)."""
+    with _KEPT_LOCK:
+        keep = _KEPT.pop(path, None)
+    if keep is not None:
+        os.close(keep)
+    if path.startswith(_PROC_FD + "/"):
+        return  # (closed now, or before)
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -187,10 +292,17 @@ def stage(source: Source, part: Slice) -> native.Staged:
                           list(part.traces), part.trace_index, qlog.canonical_event, part.range)
     except native.StageError as e:
         if source.diagnose is not None:
-            raise source.diagnose(e) from None
-        what, _, record = e.args
-        raise QuicackError(f"malformed events in trace {part.trace_index}: {what}"
-                           + (f" (event {record} of a slice)" if record else ""), source.name) from None
+            raise source.diagnose(e, part) from None
+        what, pos, record, where, eof, at = e.args
+        start, token = part.offset(at), part.offset(pos)
+        if start is not None:
+            raise Malformed("malformed events array: " + detail(what, token if token != start else None, where,
+                                                                source.unit),
+                            source.name, f"{source.unit} {start}", eof) from None
+        raise Malformed(f"malformed events in trace {part.trace_index}: {detail(what, None, where)}"
+                        + (f" (event {record} of a slice)" if record else ""), source.name, None, eof) from None
+    for name, n in ev.out_of_range:
+        source.out_of_range[name] = source.out_of_range.get(name, 0) + n
     if delta and ev.delta_carry is not None:
         # Delta times (draft era) need a running sum, carried over to the next slice.
         source._delta_sum[part.trace_index] = ev.delta_carry

@@ -20,6 +20,10 @@ def table(title: str, columns: list[str], rows: list[tuple]) -> list[str]:
                       for r in cells]
 
 
+#: Space a store's file holds beyond its rows from which the summary suggests `quicack vacuum`.
+UNUSED_HINT_BYTES = 32 << 20
+
+
 def summary_problems(summary: Summary) -> list[str]:
     """Each file's warnings and error, for stderr."""
     lines = []
@@ -42,8 +46,14 @@ def summary_lines(summary: Summary, db: str) -> list[str]:
         listed = ", ".join(f"{name or '(no name)'} {n}" for name, n in list(skipped.items())[:12])
         more = f", … {len(skipped) - 12} more names" if len(skipped) > 12 else ""
         lines.append(f"events kept in other_events: {sum(skipped.values())} ({listed}{more})")
+    if summary.skipped:
+        lines.append(f"skipped in the folders: {sum(summary.skipped.values())} "
+                     f"({', '.join(f'{n} {why}' for why, n in sorted(summary.skipped.items(), key=lambda kv: -kv[1]))})")
     if refused:
         lines.append(f"failures: {refused}")
+    if summary.store_unused_bytes > UNUSED_HINT_BYTES:
+        lines.append(f"the store's file holds {summary.store_unused_bytes / 1e6:.0f} MB beyond its rows (ingests killed "
+                     f"while committing?): `quicack vacuum --db {db}` gives them back")
     if summary.file_ids:
         lines.extend(table("handshakes by class:", *summary.handshake_classes))
     return lines

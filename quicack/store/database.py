@@ -95,13 +95,35 @@ class Store:
                dissection: Dissection | None = None) -> FileResult:
         """Ingest one qlog file or capture in one transaction (:meth:`Ingest.file`): a refused
         file is a result, not an exception."""
-        return Ingest(self.con).file(path, reanalyze, keylog, quic_ports, progress, dissection)
+        ingest = Ingest(self.con)
+        try:
+            return ingest.file(path, reanalyze, keylog, quic_ports, progress, dissection)
+        finally:
+            self._reopen_if(ingest)
 
     def ingest_many(self, paths: list[Path], jobs: int, reanalyze: bool = False,
                     progress: Callable[[Path, int], None] | None = None) -> list[FileResult]:
         """Ingest small qlog files ``jobs`` at a time, each in its own transaction
         (:meth:`Ingest.many`); results in the order of ``paths``."""
-        return Ingest(self.con).many(paths, jobs, reanalyze, progress)
+        ingest = Ingest(self.con)
+        try:
+            return ingest.many(paths, jobs, reanalyze, progress)
+        finally:
+            self._reopen_if(ingest)
+
+    def _reopen_if(self, ingest: Ingest) -> None:
+        """Open the store again after a fatal error (a full disk at a checkpoint) invalidated its
+        database: what was committed before is there, and the next file is read into it."""
+        if not ingest.invalidated:
+            return
+        try:
+            self.con.close()
+        except duckdb.Error:
+            pass
+        try:
+            self.con = duckdb.connect(self.path)
+        except duckdb.Error as e:
+            raise QuicackError(f"cannot open store again: {str(e).splitlines()[0]}", self.path) from None
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -135,6 +157,14 @@ class Store:
             raise QuicackError(f"no table {name!r}; tables: {', '.join(table_names())}", self.path)
         return self.con.sql(f"SELECT * FROM {name}").pl()
 
+    def unused_bytes(self) -> int:
+        """Bytes of the database file that hold no rows: blocks freed, and what ingests killed
+        mid-commit wrote past the last block in use (:func:`vacuum` gives them back)."""
+        if self.path == ":memory:" or not Path(self.path).exists():
+            return 0
+        _, block, total, used, _ = self.con.execute("PRAGMA database_size").fetchall()[0][1:6]
+        return max(0, Path(self.path).stat().st_size - used * block) if total else 0
+
     def export_parquet(self, directory: str | Path) -> list[Path]:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -146,3 +176,44 @@ class Store:
         return written
 
 
+
+
+def vacuum(path: str | Path) -> tuple[int, int]:
+    """Give back the space a store's file holds beyond its rows (left by ingests killed while
+    committing, or by rows deleted): its tables are copied into a new file, which then replaces
+    it.  Returns the file's size (bytes) before and after.  A kill during the copy leaves the
+    store as it was (the partial copy is removed by the next vacuum)."""
+    import os
+
+    path = Path(path)
+    if not path.exists():
+        raise QuicackError("no such store", str(path))
+    fresh = path.with_name(path.name + ".vacuum")
+    for leftover in (fresh, fresh.with_name(fresh.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    before = path.stat().st_size
+    with Store(path) as store:
+        store.con.execute("CHECKPOINT")
+        _, block, _, used, _ = store.con.execute("PRAGMA database_size").fetchall()[0][1:6]
+        stat = os.statvfs(path.parent)
+        if stat.f_bavail * stat.f_frsize < used * block + (16 << 20):
+            raise QuicackError(f"not enough free disk space for a copy of the store: "
+                               f"{stat.f_bavail * stat.f_frsize / 1e6:.0f} MB free, about "
+                               f"{(used * block + (16 << 20)) / 1e6:.0f} MB needed", str(path))
+        name = store.con.execute("SELECT current_database()").fetchall()[0][0]
+        store.con.execute(f"ATTACH {_quote(str(fresh))} AS quicack_vacuum")
+        try:
+            store.con.execute(f"COPY FROM DATABASE {_ident(name)} TO quicack_vacuum")
+            store.con.execute("CHECKPOINT quicack_vacuum")
+        finally:
+            store.con.execute("DETACH quicack_vacuum")
+    os.replace(fresh, path)
+    return before, path.stat().st_size
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -16,11 +16,12 @@ the store — and with it DuckDB and pyarrow — is loaded (:func:`early_dissect
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from quicack.pcap import source, tshark
-from quicack.model import QuicackError, Summary
+from quicack.model import FileResult, QuicackError, Summary
 from quicack.pcap.source import CAPTURE_SUFFIXES
 
 TRACE_SUFFIXES = (".qlog", ".sqlog", ".json", ".ndjson", ".jsonl", ".qlog.gz", ".sqlog.gz",
@@ -32,18 +33,57 @@ def is_trace_file(path: Path) -> bool:
     return name.endswith(TRACE_SUFFIXES + CAPTURE_SUFFIXES)
 
 
-def expand(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named directly are taken as they are; folders contribute their trace files."""
+def expand(paths: Iterable[str | Path], skipped: dict[str, int] | None = None) -> list[Path]:
+    """Files named directly are taken as they are (one that is not a regular file is refused when
+    its turn comes, :func:`analyze`); folders contribute their regular trace files, and what else
+    they hold is counted in ``skipped`` by why."""
     files: list[Path] = []
+    skipped = {} if skipped is None else skipped
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and is_trace_file(p)))
+            files.extend(_in_folder(path, skipped))
         elif path.exists():
             files.append(path)
         else:
-            raise QuicackError("no such file or folder", str(path))
+            raise QuicackError("no such file or folder" + (" (a link to nothing)" if path.is_symlink() else ""),
+                               str(path))
     return files
+
+
+def _in_folder(folder: Path, skipped: dict[str, int]) -> list[Path]:
+    """The regular trace files under ``folder``, in order; the rest counted in ``skipped``."""
+    found = []
+    for p in folder.rglob("*"):
+        try:
+            info = p.stat()
+        except OSError as e:
+            why = "links to nothing" if p.is_symlink() else f"unreadable ({e.strerror})"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        why = None if stat.S_ISREG(info.st_mode) else "not regular files (FIFOs, devices, sockets)"
+        if why is None and not is_trace_file(p):
+            why = "not named as traces or captures"
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+        else:
+            found.append(p)
+    return sorted(found)
+
+
+def _not_regular(path: Path) -> FileResult | None:
+    """The refusal of a file named directly that is not a regular one (a FIFO, /dev/zero, a link to
+    either): reading it would never end.  None for a regular file."""
+    from quicack.store.transaction import kind_of
+    try:
+        info = path.stat()
+    except OSError as e:
+        return FileResult(str(path), "refused", error=str(QuicackError(f"cannot read: {e.strerror}", str(path))))
+    if stat.S_ISREG(info.st_mode):
+        return None
+    return FileResult(str(path), "refused", error=str(QuicackError(f"not a regular file ({kind_of(info)})", str(path))))
 
 
 #: qlog files up to this size are ingested ``jobs`` at a time (Store.ingest_many): their cost is
@@ -66,10 +106,12 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     small qlog files ingested at once (default: one per core), each in its own transaction;
     ``progress`` is then called from that many threads.
     """
-    files = expand(paths)
+    summary = Summary()
+    named = expand(paths, summary.skipped)
+    special = {i: refused for i, path in enumerate(named) if (refused := _not_regular(path)) is not None}
+    files = [path for i, path in enumerate(named) if i not in special]
     jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     quic_ports = tuple(quic_ports)
-    summary = Summary()
     if dissection is not None and not (files and dissection.matches(files[0], keylog, quic_ports)):
         dissection.close()
         dissection = None
@@ -90,9 +132,11 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
                 dissection = early if early is not None and early.path == path else None
                 results[i] = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
                                           progress=step, dissection=dissection)
-            summary.files.extend(results[i] for i in range(len(files)))
+            ingested = iter(results[i] for i in range(len(files)))
+            summary.files.extend(special[i] if i in special else next(ingested) for i in range(len(named)))
             if summary.file_ids:
                 summary.handshake_classes = store.handshake_class_rows(summary.file_ids)
+            summary.store_unused_bytes = store.unused_bytes()
     finally:
         if early is not None:
             early.close()  # if the store could not be opened; else a no-op

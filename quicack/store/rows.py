@@ -8,6 +8,8 @@ inserts it with a single ``INSERT … SELECT``.
 
 from __future__ import annotations
 
+import contextlib
+
 import duckdb
 import pyarrow as pa
 
@@ -30,5 +32,10 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> Non
     con.register("quicack_rows", arrow)
     try:
         con.execute(f"INSERT INTO {table} SELECT * FROM quicack_rows")
-    finally:
-        con.unregister("quicack_rows")
+    except BaseException:
+        # (an INSERT that failed aborted the transaction: unregistering would fail too, and its
+        # error would hide the first — DuckDB out of memory, which the ingest reads again for)
+        with contextlib.suppress(duckdb.Error):
+            con.unregister("quicack_rows")
+        raise
+    con.unregister("quicack_rows")

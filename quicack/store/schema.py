@@ -30,8 +30,14 @@ if TYPE_CHECKING:
 #: an event after one holding an "events" key.  6: the native core — other_events.data and
 #: frames.details keep the JSON text as logged (without blanks), delta times are summed on across
 #: slices, a raw ACK Delay beyond 64 bits is NULL rather than refusing the file, JSON-SEQ records
-#: are split at every RS, an untimed metrics, loss, drop or timer event refuses the file.
-ANALYSIS_VERSION = 6
+#: are split at every RS, an untimed metrics, loss, drop or timer event refuses the file.  7 (issue
+#: 31): a value no column holds is NULL and counted in a warning (schemas/README.md, "Values the
+#: store cannot hold") — a packet number, size, offset, count or id that is negative, has a
+#: fraction (0.5 was rounded to 0) or is 2^63 or more; an ACK delay, RTT or timeout below zero; a
+#: time, duration or delta beyond ±1e300 or a string holding NaN/Infinity (was inf/NaN); a number
+#: beyond a double (1e400) refuses the file as NaN does; a header's original_uris that is a string
+#: is one URI (was read character by character).
+ANALYSIS_VERSION = 7
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments).

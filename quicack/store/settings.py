@@ -33,7 +33,13 @@ def changed(con: "duckdb.DuckDBPyConnection", **values):
         yield saved
     finally:
         for name, value in saved.items():
-            restore(con, name, value)
+            try:
+                restore(con, name, value)
+            except Exception as e:  # noqa: BLE001 - DuckDB's, imported only here
+                import duckdb
+                if not isinstance(e, duckdb.FatalException):
+                    raise
+                break  # (a fatal error invalidated the database: it keeps no settings to restore)
 
 
 #: (setting, value as read back) -> the value set: sizes read back rounded down

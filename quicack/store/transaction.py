@@ -17,7 +17,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import os
 import queue
+import stat
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -48,6 +50,52 @@ INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
                    "python_enable_replacements": "true", "python_scan_all_frames": "false"}
 
 
+#: Room the store's disk keeps free beyond what a file needs.
+SPARE_BYTES = 2 << 20
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 10e6 else f"{n / 1e6:.0f} MB"
+
+
+def store_folder(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The folder of the database file behind ``con`` (None for a store in memory)."""
+    try:
+        found = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    except duckdb.Error:
+        return None
+    return os.path.dirname(os.path.abspath(found[0][0])) if found and found[0][0] else None
+
+
+def free_space(folder: str | None) -> int | None:
+    """Bytes free on the disk of ``folder``; None for none, or a disk that cannot say."""
+    try:
+        disk = os.statvfs(folder) if folder else None
+    except OSError:
+        return None
+    return disk.f_bavail * disk.f_frsize if disk else None
+
+
+def kind_of(info: os.stat_result) -> str:
+    """What a file that is not a regular one is: 'a FIFO', 'a character device', …"""
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(info.st_mode):
+            return what
+    return "not a file"
+
+
+def space_needed(path: Path, is_capture: bool) -> int:
+    """About how much the store grows by a file's rows and the write-ahead log of its transaction:
+    a qlog's rows take about its size (JSON is verbose, rows are not), a capture's a fraction of
+    it (the packets' payloads are not stored), each written twice (log, then database)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 0
+    return (size // 2 if is_capture else 2 * size) + SPARE_BYTES
+
+
 class Ingest:
     """Ingest of files into the store behind ``con``; ``name`` (the store's path) for messages.
     ``ids``: shared by the concurrent ingests of :meth:`many`, else read in each transaction."""
@@ -55,6 +103,9 @@ class Ingest:
     def __init__(self, con: duckdb.DuckDBPyConnection, ids: _Ids | None = None):
         self.con = con
         self._ids = ids
+        #: a fatal error invalidated the database: the store must be opened again
+        self.invalidated = False
+        self._folder = store_folder(con)  # (asked now: an invalidated database answers nothing)
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
@@ -70,7 +121,6 @@ class Ingest:
         """
         path = Path(path)
         name = str(path)
-        is_capture = source.is_capture(path)
         reported = 0
 
         def report(done: int) -> None:
@@ -80,7 +130,11 @@ class Ingest:
                 reported = done
 
         try:
-            size = path.stat().st_size
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):  # (a FIFO or a device would be read forever)
+                return FileResult(name, "refused", error=str(QuicackError(f"not a regular file ({kind_of(info)})", name)))
+            size = info.st_size
+            is_capture = source.is_capture(path)
             digest = _Digest(path, background=not is_capture and size > SYNC_HASH_BYTES)
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
@@ -88,6 +142,9 @@ class Ingest:
             unchanged = digest.ready() and self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
             if unchanged:
                 return unchanged
+            full = self._disk_full(path, is_capture)
+            if full:
+                return FileResult(name, "refused", error=str(full))
             if is_capture:
                 with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
                     return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
@@ -119,6 +176,12 @@ class Ingest:
                 raise  # (many() reads it again on its own, with the retry above)
             return FileResult(name, "refused", error=str(QuicackError(f"out of memory: {str(e).splitlines()[0]}",
                                                                       name)))
+        except duckdb.Error as e:  # (setting or restoring a setting: the database invalidated)
+            return FileResult(name, "refused", error=str(self._store_error(e, path, is_capture)))
+        except Exception as e:  # (rolled back) a bug: this file is refused, the others are read
+            return FileResult(name, "refused", error=str(QuicackError(
+                f"internal error, a bug of quicack (please report it with the file): {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}", name)))
         finally:
             if dissection is not None:
                 dissection.close()  # not taken over (a qlog, an unchanged capture) or done
@@ -184,6 +247,8 @@ class Ingest:
                     except duckdb.OutOfMemoryException:
                         with lock:
                             after.append(i)
+                    if view.invalidated:
+                        self.invalidated = True
             except BaseException as e:  # raised in the caller's thread
                 failures.append(e)
             finally:
@@ -239,12 +304,12 @@ class Ingest:
                                                                            path, digest.value(), reanalyze, keylog,
                                                                            is_capture))
                 if unchanged:
-                    self.con.execute("ROLLBACK")
+                    self._rollback()
                     return unchanged
             analysis.classify_and_replay(self.con, first_connection)
             unchanged = self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
             if unchanged:
-                self.con.execute("ROLLBACK")
+                self._rollback()
                 return unchanged
             for previous_id, _ in self._previous(digest.value()):
                 self._delete_file(previous_id)
@@ -256,18 +321,17 @@ class Ingest:
             self._commit(write_through=is_capture)
             return result
         except QuicackError as e:
-            self.con.execute("ROLLBACK")
+            self._rollback()
             e.path = e.path or name  # (the normalizer knows positions, not the file)
             return FileResult(name, "refused", error=str(e))
         except duckdb.OutOfMemoryException:
-            self.con.execute("ROLLBACK")
+            self._rollback()
             raise
         except duckdb.Error as e:
-            self.con.execute("ROLLBACK")
-            return FileResult(name, "refused", error=str(QuicackError(
-                f"cannot normalize: {str(e).splitlines()[0]}", name)))
+            self._rollback()
+            return FileResult(name, "refused", error=str(self._store_error(e, path, is_capture)))
         except BaseException:
-            self.con.execute("ROLLBACK")
+            self._rollback()
             raise
 
     def _stage_qlog(self, path: Path, name: str, ids: _Ids, file_id: int, notes: tuple[str, ...], report,
@@ -280,7 +344,8 @@ class Ingest:
             normalizer = normalize.Normalizer(self.con, staged.traces, file_id, ids.connections)
             # (each slice's rows are made in the thread that stages the next one)
             parts = reader.staged_slices(
-                staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces))
+                staged, lambda part, events: normalizer.rows(part.trace_index, events, part.traces, part.offset,
+                                                             staged.unit))
             with contextlib.closing(parts):
                 for part, rows in parts:  # bounded slices, in file order
                     normalizer.insert(rows)
@@ -290,8 +355,46 @@ class Ingest:
                         return staged, None, done
             if not staged.events:
                 raise QuicackError("qlog stream has a header but no events", name)
+            if staged.out_of_range_warning():
+                staged.warnings.append(staged.out_of_range_warning())
             normalizer.finish()
             return staged, normalizer.first_connection_id, None
+
+    def _disk_full(self, path: Path, is_capture: bool) -> QuicackError | None:
+        """A refusal when the store's disk has not room for the file's rows (:func:`space_needed`)."""
+        free = free_space(self._folder)
+        needed = space_needed(path, is_capture)
+        if free is None or free >= needed:
+            return None
+        return QuicackError(f"not enough free disk space for the store: {_mb(free)} free in {self._folder}, about "
+                            f"{_mb(needed)} needed for this file", str(path))
+
+    def _rollback(self) -> None:
+        """ROLLBACK, if a transaction is still open: a COMMIT that failed (the disk full) ended it
+        already, and a database invalidated by a fatal error runs nothing (the store is opened
+        again, :meth:`quicack.store.database.Store.ingest`)."""
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.FatalException:
+            self.invalidated = True
+        except duckdb.Error as e:
+            if "no transaction is active" not in str(e):
+                raise
+
+    def _store_error(self, e: duckdb.Error, path: Path, is_capture: bool) -> QuicackError:
+        """The one line for a statement of the store that failed: a full disk says how much room
+        is left and about how much the file needs."""
+        if isinstance(e, duckdb.FatalException):
+            self.invalidated = True
+        first = str(e).splitlines()[0]
+        text = str(e)
+        if "No space left on device" in text:
+            free = free_space(self._folder)
+            needed = space_needed(path, is_capture)
+            return QuicackError(f"the store's disk is full (No space left on device): {_mb(free or 0)} free in "
+                                f"{self._folder}, about {_mb(needed)} needed for this file; nothing of it was stored",
+                                str(path))
+        return QuicackError(f"cannot store: {first}", str(path))
 
     def _commit(self, write_through: bool) -> None:
         """COMMIT; ``write_through``: the rows go to the database file at once (a checkpoint)

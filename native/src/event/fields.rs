@@ -10,14 +10,17 @@
 //! escapes; the rest are indexes into the tape or byte ranges into the slice.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use super::{Body, Canon, Data, Dropped, FType, Frame, Layout, Lost, Metrics, PType, Packet, ParamValues, Params,
             Staged, Timer, Txt};
-use crate::json::{self, Doc, Kind};
+use crate::json::{Checked, Doc, Kind};
 
 /// A record's own columns, as its trace's layout places them.
 pub(super) struct Header<'a> {
     pub time: Option<f64>,
+    /// the time member's value, if it has one (read or not)
+    pub time_token: Option<usize>,
     pub name: Option<Cow<'a, str>>,
     pub group: Option<Cow<'a, str>>,
     /// the value of its data member (column), if any
@@ -38,9 +41,9 @@ pub(super) fn header<'a>(d: &Doc<'a>, layout: &Layout) -> Header<'a> {
 /// qlog ≥ 0.2: `{"time", "name" | "category" + "event" | "type", "group_id", "data"}`; a record
 /// that is no object is kept whole.
 fn object_header<'a>(d: &Doc<'a>) -> Header<'a> {
-    let whole = Data::Range(d.tape[0].start as u32, d.tape[0].end as u32);
+    let whole = Data::Range(d.tape[0].start, d.tape[0].end);
     if d.kind(0) != Kind::Object {
-        return Header { time: None, name: None, group: None, data: None, nameless: whole };
+        return Header { time: None, time_token: None, name: None, group: None, data: None, nameless: whole };
     }
     let v: [_; RECORD_KEYS] = members(d, Some(0), record_key);
     let text = |i: usize| v[i].and_then(|x| d.text(x));
@@ -51,19 +54,20 @@ fn object_header<'a>(d: &Doc<'a>) -> Header<'a> {
             _ => None,
         },
     };
-    Header { time: v[0].and_then(|i| d.f64(i)), name, group: text(5), data: v[6], nameless: whole }
+    let time = v[0].and_then(|i| finite("time")(d, i));
+    Header { time, time_token: v[0], name, group: text(5), data: v[6], nameless: whole }
 }
 
 /// Drafts: `[time, category, event, data]` in the order `event_fields` names them (time as a
 /// string); a record that is no array becomes `{"data": null}`.
 fn array_header<'a>(d: &Doc<'a>, layout: &Layout) -> Header<'a> {
     if d.kind(0) != Kind::Array {
-        return Header { time: None, name: None, group: None, data: None, nameless: Data::Wrapped(None) };
+        return Header { time: None, time_token: None, name: None, group: None, data: None, nameless: Data::Wrapped(None) };
     }
     let items: Vec<usize> = d.elements(Some(0)).collect();
     let at = |k: i64| if k >= 0 { items.get(k as usize).copied() } else { None };
     let text = |k: i64| at(k).and_then(|i| d.text(i));
-    let time = text(layout.time).and_then(|t| json::str_f64(&t));
+    let time = at(layout.time).and_then(|i| finite("time")(d, i));
     let name = if layout.category >= 0 {
         match (text(layout.category), text(layout.event)) {
             (Some(c), Some(e)) => Some(Cow::Owned(format!("{c}:{e}"))),
@@ -73,8 +77,8 @@ fn array_header<'a>(d: &Doc<'a>, layout: &Layout) -> Header<'a> {
         text(layout.event)
     };
     let data = at(layout.data);
-    let nameless = Data::Wrapped(data.map(|i| (d.tape[i].start as u32, d.tape[i].end as u32)));
-    Header { time, name, group: text(layout.group), data, nameless }
+    let nameless = Data::Wrapped(data.map(|i| (d.tape[i].start, d.tape[i].end)));
+    Header { time, time_token: at(layout.time), name, group: text(layout.group), data, nameless }
 }
 
 /// An event's columns, read from its `data` as its kind (`canon`) needs, into `out`'s lists.
@@ -103,21 +107,60 @@ pub(super) fn body(d: &Doc, canon: Canon, data: Option<usize>, out: &mut Staged)
 fn txt(d: &Doc, i: usize) -> Option<Txt> {
     let t = &d.tape[i];
     match t.kind {
-        Kind::String if !t.escaped => Some(Txt::Range(t.start as u32 + 1, t.end as u32 - 1)),
+        Kind::String if !t.escaped => Some(Txt::Range(t.start + 1, t.end - 1)),
         _ => d.text(i).map(|s| Txt::Owned(s.into_owned().into_boxed_str())),
     }
 }
 
-fn f64_(d: &Doc, i: usize) -> Option<f64> {
-    d.f64(i)
+thread_local! {
+    /// Values out of range (`Checked::OutOfRange`) per field while a slice is staged: read as
+    /// NULL, and counted for the file's warning (`take_out_of_range`).
+    static OUT_OF_RANGE: RefCell<Vec<(&'static str, u32)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn i64_(d: &Doc, i: usize) -> Option<i64> {
-    d.i64(i)
+pub(super) fn note_out_of_range(field: &'static str) {
+    OUT_OF_RANGE.with_borrow_mut(|counts| match counts.iter_mut().find(|(f, _)| *f == field) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((field, 1)),
+    });
 }
 
-fn i32_of(v: Option<i64>) -> Option<i32> {
-    v.and_then(|v| i32::try_from(v).ok())
+/// The values out of range noted on this thread since the last call, per field.
+pub(super) fn take_out_of_range() -> Vec<(&'static str, u32)> {
+    OUT_OF_RANGE.with_borrow_mut(std::mem::take)
+}
+
+/// `read` as a conversion for `first_of`: a value out of range is NULL, noted under `field`.
+fn checked<T>(field: &'static str, read: fn(&Doc, usize) -> Checked<T>) -> impl Fn(&Doc, usize) -> Option<T> {
+    move |d, i| match read(d, i) {
+        Checked::Value(v) => Some(v),
+        Checked::NotNumber => None,
+        Checked::OutOfRange => {
+            note_out_of_range(field);
+            None
+        }
+    }
+}
+
+/// A count, packet number, size or id (`Doc::count`).
+fn count(field: &'static str) -> impl Fn(&Doc, usize) -> Option<i64> {
+    checked(field, |d, i| d.count(i))
+}
+
+/// An ACK delay, RTT or timeout (`Doc::duration`).
+fn duration(field: &'static str) -> impl Fn(&Doc, usize) -> Option<f64> {
+    checked(field, |d, i| d.duration(i))
+}
+
+/// A time, or a timer's delta (`Doc::finite`).
+fn finite(field: &'static str) -> impl Fn(&Doc, usize) -> Option<f64> {
+    checked(field, |d, i| d.finite(i))
+}
+
+/// A value of an INTEGER column: beyond 32 bits it is out of range.
+fn i32_of(field: &'static str, v: Option<i64>) -> Option<i32> {
+    let v = v?;
+    i32::try_from(v).map_err(|_| note_out_of_range(field)).ok()
 }
 
 /// The packet type as logged: the first spelling present (`extra`: aioquic's `packet_lost` says
@@ -185,10 +228,10 @@ fn packet(d: &Doc, data: Option<usize>, frames: &mut Vec<Frame>, ranges: &mut Ve
     let raw_type = text(h[0]).or_else(|| text(p[2])).or_else(|| text(h[1])).or_else(|| {
         if text(h[2]).as_deref() == Some("short") { Some(Cow::Borrowed("1RTT")) } else { None }
     });
-    let size = d.first(p[1], &["length"], i64_)
-        .or_else(|| first_of(d, &h, &[4], i64_))
-        .or_else(|| first_of(d, &p, &[3], i64_))
-        .or_else(|| first_of(d, &h, &[5], i64_));
+    let size = d.first(p[1], &["length"], count("packet_size"))
+        .or_else(|| first_of(d, &h, &[4], count("packet_size")))
+        .or_else(|| first_of(d, &p, &[3], count("packet_size")))
+        .or_else(|| first_of(d, &h, &[5], count("packet_size")));
     let first_frame = frames.len();
     for f in d.elements(p[7]) {
         let f = frame(d, f, ranges);
@@ -196,10 +239,10 @@ fn packet(d: &Doc, data: Option<usize>, frames: &mut Vec<Frame>, ranges: &mut Ve
     }
     Packet {
         ptype: raw_type.map_or(PType::Other("unknown".into()), |t| PType::of(&t)),
-        packet_number: first_of(d, &h, &[3], i64_).or_else(|| first_of(d, &p, &[4], i64_)),
-        size: i32_of(size),
-        datagram_id: first_of(d, &p, &[5], i64_).or_else(|| first_of(d, &h, &[6], i64_)),
-        checksum: first_of(d, &p, &[6], i64_),
+        packet_number: first_of(d, &h, &[3], count("packet_number")).or_else(|| first_of(d, &p, &[4], count("packet_number"))),
+        size: i32_of("packet_size", size),
+        datagram_id: first_of(d, &p, &[5], count("datagram_id")).or_else(|| first_of(d, &h, &[6], count("datagram_id"))),
+        checksum: first_of(d, &p, &[6], count("datagram_payload_checksum")),
         scid: first_of(d, &h, &[7], txt),
         dcid: first_of(d, &h, &[8], txt),
         frames: (first_frame as u32, (frames.len() - first_frame) as u32),
@@ -224,37 +267,37 @@ fn frame(d: &Doc, f: usize, all_ranges: &mut Vec<(Option<i64>, Option<i64>)>) ->
         let start = all_ranges.len();
         for range in d.elements(Some(r)) {
             let mut values = d.elements(Some(range).filter(|&i| d.kind(i) == Kind::Array));
-            let lo = values.next().and_then(|i| d.i64(i));
-            let hi = values.next().and_then(|i| d.i64(i));
+            let lo = values.next().and_then(|i| count("acked_ranges")(d, i));
+            let hi = values.next().and_then(|i| count("acked_ranges")(d, i));
             all_ranges.push((lo, hi.or(lo)));
         }
         (start as u32, (all_ranges.len() - start) as u32)
     });
     let largest = ranges.and_then(|(s, n)| all_ranges[s as usize..(s + n) as usize].iter().filter_map(|&(_, hi)| hi).max())
-        .or_else(|| first_of(d, &v, &[5, 6], i64_));
+        .or_else(|| first_of(d, &v, &[5, 6], count("largest_acknowledged")));
     let in_data = matches!(ftype, FType::Crypto | FType::Stream);
     let sized = in_data || matches!(&ftype, FType::Padding) || ftype.as_str() == "datagram";
     let length = if sized {
-        first_of(d, &v, &[11, 12], i64_)
-            .or_else(|| d.first(v[13], &["payload_length"], i64_))
-            .or_else(|| first_of(d, &v, &[14, 15], i64_))
+        first_of(d, &v, &[11, 12], count("length"))
+            .or_else(|| d.first(v[13], &["payload_length"], count("length")))
+            .or_else(|| first_of(d, &v, &[14, 15], count("length")))
     } else {
         None
     };
     Frame {
-        ack_delay: first_of(d, &v, &[2, 3], f64_),
+        ack_delay: first_of(d, &v, &[2, 3], duration("ack_delay")),
         largest_acknowledged: largest,
         ranges,
-        ce: first_of(d, &v, &[7], i64_),
-        offset: if in_data { first_of(d, &v, &[8, 9, 10], i64_) } else { None },
+        ce: first_of(d, &v, &[7], count("ce")),
+        offset: if in_data { first_of(d, &v, &[8, 9, 10], count("offset")) } else { None },
         length,
-        stream_id: first_of(d, &v, &[16, 17, 18], i64_),
+        stream_id: first_of(d, &v, &[16, 17, 18], count("stream_id")),
         fin: if ftype == FType::Stream { Some(v[19].and_then(|i| d.boolean(i)).unwrap_or(false)) } else { None },
-        sequence_number: first_of(d, &v, &[20], i64_),
-        ack_eliciting_threshold: first_of(d, &v, &[21, 22], i64_),
-        request_max_ack_delay: first_of(d, &v, &[23, 24, 25], f64_),
-        reordering_threshold: first_of(d, &v, &[26, 27], i64_),
-        raw: (d.tape[f].start as u32, d.tape[f].end as u32),
+        sequence_number: first_of(d, &v, &[20], count("sequence_number")),
+        ack_eliciting_threshold: first_of(d, &v, &[21, 22], count("ack_eliciting_threshold")),
+        request_max_ack_delay: first_of(d, &v, &[23, 24, 25], duration("request_max_ack_delay")),
+        reordering_threshold: first_of(d, &v, &[26, 27], count("reordering_threshold")),
+        raw: (d.tape[f].start, d.tape[f].end),
         ftype,
     }
 }
@@ -264,13 +307,14 @@ fn params(d: &Doc, data: Option<usize>) -> Params {
     Params {
         owner: lower("owner").or_else(|| lower("initiator")).unwrap_or_else(|| "local".into()).into_boxed_str(),
         values: ParamValues {
-            max_ack_delay: d.first(data, &["max_ack_delay"], f64_),
-            ack_delay_exponent: i32_of(d.first(data, &["ack_delay_exponent"], i64_)),
-            min_ack_delay: d.first(data, &["min_ack_delay"], f64_),
-            initial_max_data: d.first(data, &["initial_max_data"], i64_),
-            max_udp_payload_size: d.first(data, &["max_udp_payload_size", "max_packet_size"], i64_),
-            max_idle_timeout: d.first(data, &["max_idle_timeout", "idle_timeout"], f64_),
-            active_connection_id_limit: d.first(data, &["active_connection_id_limit"], i64_),
+            max_ack_delay: d.first(data, &["max_ack_delay"], duration("max_ack_delay")),
+            // (kept as logged, even an invalid one: the ACK delays it scales are then left undecoded)
+            ack_delay_exponent: i32_of("ack_delay_exponent", d.first(data, &["ack_delay_exponent"], |d, i| d.i64(i))),
+            min_ack_delay: d.first(data, &["min_ack_delay"], duration("min_ack_delay")),
+            initial_max_data: d.first(data, &["initial_max_data"], count("initial_max_data")),
+            max_udp_payload_size: d.first(data, &["max_udp_payload_size", "max_packet_size"], count("max_udp_payload_size")),
+            max_idle_timeout: d.first(data, &["max_idle_timeout", "idle_timeout"], duration("max_idle_timeout")),
+            active_connection_id_limit: d.first(data, &["active_connection_id_limit"], count("active_connection_id_limit")),
         },
         odcid: d.first(data, &["original_destination_connection_id"], txt),
     }
@@ -284,18 +328,18 @@ keys!(metrics_key, METRICS_KEYS {
 fn metrics(d: &Doc, data: Option<usize>) -> Metrics {
     let v: [_; METRICS_KEYS] = members(d, data, metrics_key);
     Metrics {
-        latest_rtt: first_of(d, &v, &[0], f64_),
-        min_rtt: first_of(d, &v, &[1], f64_),
-        smoothed_rtt: first_of(d, &v, &[2], f64_),
-        rtt_variance: first_of(d, &v, &[3, 4, 5], f64_),
-        pto_count: i32_of(first_of(d, &v, &[6], i64_)),
-        congestion_window: first_of(d, &v, &[7, 8], i64_),
-        bytes_in_flight: first_of(d, &v, &[9], i64_),
+        latest_rtt: first_of(d, &v, &[0], duration("latest_rtt")),
+        min_rtt: first_of(d, &v, &[1], duration("min_rtt")),
+        smoothed_rtt: first_of(d, &v, &[2], duration("smoothed_rtt")),
+        rtt_variance: first_of(d, &v, &[3, 4, 5], duration("rtt_variance")),
+        pto_count: i32_of("pto_count", first_of(d, &v, &[6], count("pto_count"))),
+        congestion_window: first_of(d, &v, &[7, 8], count("congestion_window")),
+        bytes_in_flight: first_of(d, &v, &[9], count("bytes_in_flight")),
     }
 }
 
 fn packet_number(d: &Doc, data: Option<usize>, header: Option<usize>) -> Option<i64> {
-    d.first(header, &["packet_number"], i64_).or_else(|| d.first(data, &["packet_number"], i64_))
+    d.first(header, &["packet_number"], count("packet_number")).or_else(|| d.first(data, &["packet_number"], count("packet_number")))
 }
 
 fn lost(d: &Doc, data: Option<usize>) -> Lost {
@@ -309,13 +353,13 @@ fn lost(d: &Doc, data: Option<usize>) -> Lost {
 
 fn dropped(d: &Doc, data: Option<usize>) -> Dropped {
     let header = d.get(data, "header");
-    let size = d.first(d.get(data, "raw"), &["length"], i64_)
-        .or_else(|| d.first(data, &["packet_size"], i64_))
-        .or_else(|| d.first(header, &["packet_size"], i64_));
+    let size = d.first(d.get(data, "raw"), &["length"], count("packet_size"))
+        .or_else(|| d.first(data, &["packet_size"], count("packet_size")))
+        .or_else(|| d.first(header, &["packet_size"], count("packet_size")));
     Dropped {
         ptype: raw_packet_type(d, data, header, false).map(|t| PType::of(&t)),
         packet_number: packet_number(d, data, header),
-        size: i32_of(size),
+        size: i32_of("packet_size", size),
         trigger: d.first(data, &["trigger", "details"], txt),
     }
 }
@@ -325,6 +369,6 @@ fn timer(d: &Doc, data: Option<usize>) -> Timer {
         timer_type: d.first(data, &["timer_type"], txt),
         event_type: d.first(data, &["event_type", "type"], txt),
         space: d.first(data, &["packet_number_space", "pn_space"], txt),
-        delta: d.first(data, &["delta"], f64_),
+        delta: d.first(data, &["delta"], finite("delta")),
     }
 }

@@ -56,13 +56,36 @@ pub struct StageError {
     /// the record (1-based within the slice) that failed, when known
     pub record: usize,
     pub what: String,
+    /// the member of the record the bad token belongs to (`data.frames[0].ack_delay`), if known
+    pub field: String,
+    /// the slice ended inside the record (a cut in the wrong place), rather than a token being wrong
+    pub eof: bool,
+    /// where the record that failed starts in the slice (`pos` when not known)
+    pub at: usize,
+}
+
+impl StageError {
+    fn new(pos: usize, record: usize, what: impl Into<String>) -> StageError {
+        StageError { pos, record, what: what.into(), field: String::new(), eof: false, at: pos }
+    }
+
+    fn parse(e: json::Error, record: usize, at: usize) -> StageError {
+        StageError { pos: e.pos, record, what: e.what.into(), field: e.field, eof: e.eof, at }
+    }
 }
 
 /// Stage `buf`; `canonical(name)` routes an event name (asked once per distinct name).
 pub fn stage(buf: Vec<u8>, opts: &StageOptions, canonical: &mut dyn FnMut(&str) -> Result<Canon, String>)
              -> Result<Staged, StageError> {
     if let Err(e) = std::str::from_utf8(&buf) {
-        return Err(StageError { pos: e.valid_up_to(), record: 0, what: "invalid UTF-8".into() });
+        let pos = e.valid_up_to();
+        // (in a slice of lines, the record it is in starts after the line end before it)
+        let at = if opts.records == Records::Lines {
+            json::skip_ws(&buf, memchr::memrchr2(b'\n', 0x1e, &buf[..pos]).map_or(0, |i| i + 1))
+        } else {
+            pos
+        };
+        return Err(StageError { at, ..StageError::new(pos, 0, "invalid UTF-8") });
     }
     let mut st = Stager {
         opts,
@@ -73,13 +96,17 @@ pub fn stage(buf: Vec<u8>, opts: &StageOptions, canonical: &mut dyn FnMut(&str) 
         group_ids: HashMap::from_iter([(Box::<str>::from(""), 0)]),
         tape: Vec::with_capacity(256),
         running: opts.delta_carry,
+        time_token: None,
         canonical,
     };
-    match opts.records {
-        Records::Lines => st.lines(&buf)?,
-        Records::Array => st.array(&buf)?,
-        Records::Elements => st.elements(&buf, json::skip_ws(&buf, 0), 0)?,
-    }
+    fields::take_out_of_range(); // (what an earlier slice refused on this thread left)
+    let staged = match opts.records {
+        Records::Lines => st.lines(&buf),
+        Records::Array => st.array(&buf),
+        Records::Elements => st.elements(&buf, json::skip_ws(&buf, 0), 0),
+    };
+    st.out.out_of_range = fields::take_out_of_range();
+    staged?;
     let delta_carry = if opts.delta { st.running } else { None };
     number_rows(&mut st.out.events, opts)?;
     let Stager { mut out, names, groups, .. } = st;
@@ -101,11 +128,7 @@ fn number_rows(events: &mut [Event], opts: &StageOptions) -> Result<(), StageErr
     }
     let expected: u64 = opts.traces.iter().map(|&(_, n)| n as u64).sum();
     if expected != events.len() as u64 {
-        return Err(StageError {
-            pos: 0,
-            record: 0,
-            what: format!("{} events staged, {} expected", events.len(), expected),
-        });
+        return Err(StageError::new(0, 0, format!("{} events staged, {} expected", events.len(), expected)));
     }
     let mut k = 0;
     for &(trace, n) in &opts.traces {
@@ -129,6 +152,8 @@ struct Stager<'o, 'c> {
     tape: Vec<Tok>,
     /// the running sum of delta times, from the trace's first (None until a time was seen)
     running: Option<f64>,
+    /// the byte range of the time member's value of the event just read, if it has one
+    time_token: Option<(u32, u32)>,
     canonical: &'c mut dyn FnMut(&str) -> Result<Canon, String>,
 }
 
@@ -144,12 +169,11 @@ impl Stager<'_, '_> {
             let first = json::skip_ws(&buf[..end], start);
             if first < end {
                 record += 1;
-                let after = json::parse(&buf[..end], first, &mut self.tape)
-                    .map_err(|e| StageError { pos: e.pos, record, what: e.what.into() })?;
+                let after = json::parse(&buf[..end], first, &mut self.tape).map_err(|e| StageError::parse(e, record, first))?;
                 if json::skip_ws(&buf[..end], after) != end {
-                    return Err(StageError { pos: after, record, what: "characters after the record".into() });
+                    return Err(StageError { at: first, ..StageError::new(after, record, "characters after the record") });
                 }
-                self.record(buf, record)?;
+                self.record(buf, record, first)?;
             }
             start = end + 1;
         }
@@ -159,7 +183,7 @@ impl Stager<'_, '_> {
     fn array(&mut self, buf: &[u8]) -> Result<(), StageError> {
         let pos = json::skip_ws(buf, 0);
         if buf.get(pos) != Some(&b'[') {
-            return Err(StageError { pos, record: 0, what: "expected '['".into() });
+            return Err(StageError::new(pos, 0, "expected '['"));
         }
         self.elements(buf, json::skip_ws(buf, pos + 1), b']')
     }
@@ -172,9 +196,9 @@ impl Stager<'_, '_> {
         if !ends(pos) {
             loop {
                 record += 1;
-                let after = json::parse(buf, pos, &mut self.tape)
-                    .map_err(|e| StageError { pos: e.pos, record, what: e.what.into() })?;
-                self.record(buf, record)?;
+                let start = json::skip_ws(buf, pos);
+                let after = json::parse(buf, pos, &mut self.tape).map_err(|e| StageError::parse(e, record, start))?;
+                self.record(buf, record, start)?;
                 pos = json::skip_ws(buf, after);
                 if buf.get(pos) == Some(&b',') {
                     pos += 1;
@@ -182,7 +206,7 @@ impl Stager<'_, '_> {
                     break;
                 } else {
                     let what = if close == 0 { "expected ','" } else { "expected ',' or ']'" };
-                    return Err(StageError { pos, record, what: what.into() });
+                    return Err(StageError { eof: pos >= buf.len(), ..StageError::new(pos, record, what) });
                 }
             }
         }
@@ -190,7 +214,7 @@ impl Stager<'_, '_> {
             pos += 1;
         }
         if json::skip_ws(buf, pos) != buf.len() {
-            return Err(StageError { pos, record, what: "characters after the array".into() });
+            return Err(StageError::new(pos, record, "characters after the array"));
         }
         Ok(())
     }
@@ -199,7 +223,7 @@ impl Stager<'_, '_> {
         if let Some(&id) = self.name_ids.get(name) {
             return Ok((id, self.names[id as usize].1));
         }
-        let canon = (self.canonical)(name).map_err(|what| StageError { pos: 0, record, what })?;
+        let canon = (self.canonical)(name).map_err(|what| StageError::new(0, record, what))?;
         let id = self.names.len() as u32;
         self.names.push((name.into(), canon));
         self.name_ids.insert(name.into(), id);
@@ -217,11 +241,17 @@ impl Stager<'_, '_> {
         id
     }
 
-    fn record(&mut self, buf: &[u8], record: usize) -> Result<(), StageError> {
+    fn record(&mut self, buf: &[u8], record: usize, at: usize) -> Result<(), StageError> {
         let tape = std::mem::take(&mut self.tape);
         let result = self.event(Doc { buf, tape: &tape }, record);
         self.tape = tape;
-        let event = result?;
+        let mut event = result?;
+        event.at = at as u32;
+        if let Some((start, end)) = self.time_token.take() {
+            if event.t_ms.is_none() {
+                self.out.bad_times.push((event.at, start, end));
+            }
+        }
         self.out.events.push(event);
         Ok(())
     }
@@ -230,6 +260,7 @@ impl Stager<'_, '_> {
         let layout = self.opts.layout;
         let header = fields::header(&d, &layout);
         let t_ms = self.time_ms(header.time);
+        self.time_token = header.time_token.map(|i| (d.tape[i].start, d.tape[i].end));
         let group = self.group_id(header.group);
         let (name, canon) = match header.name {
             Some(n) => self.name_id(&n, record)?,
@@ -244,22 +275,36 @@ impl Stager<'_, '_> {
         } else if !layout.object && data.is_none() {
             Data::NullText
         } else {
-            data.map_or(Data::Missing, |i| Data::Range(d.tape[i].start as u32, d.tape[i].end as u32))
+            data.map_or(Data::Missing, |i| Data::Range(d.tape[i].start, d.tape[i].end))
         };
         let body = fields::body(&d, canon, data, &mut self.out);
-        Ok(Event { trace: 0, row: 0, t_ms, name, group, canon, body, data: data_text })
+        Ok(Event { trace: 0, row: 0, at: 0, t_ms, name, group, canon, body, data: data_text })
     }
 
     fn time_ms(&mut self, time: Option<f64>) -> Option<f64> {
         let scale = self.opts.time_scale_ms;
+        // (a time of at most json::MAX_MAGNITUDE stays finite in ms; a running sum may not)
+        let finite = |ms: f64| {
+            if ms.abs() <= json::MAX_MAGNITUDE {
+                Some(ms)
+            } else {
+                fields::note_out_of_range("time");
+                None
+            }
+        };
         if !self.opts.delta {
-            return time.map(|t| t * scale);
+            return time.and_then(|t| finite(t * scale));
         }
         // delta times: a running sum (NULL times add nothing), carried over from the last slice
         // as it stood, so that the sums do not depend on where the file was cut
         if let Some(t) = time {
-            self.running = Some(self.running.unwrap_or(0.0) + t);
+            let sum = self.running.unwrap_or(0.0) + t;
+            if sum.abs() > json::MAX_MAGNITUDE {
+                fields::note_out_of_range("time");
+                return None;
+            }
+            self.running = Some(sum);
         }
-        self.running.map(|sum| sum * scale)
+        self.running.and_then(|sum| finite(sum * scale))
     }
 }

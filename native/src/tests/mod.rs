@@ -4,6 +4,7 @@
 //! RFC (`recovery`).  `cargo test` runs them (`tests/test_native.py` does, in the suite).
 
 mod event;
+mod hostile;
 mod json;
 mod recovery;
 
