@@ -308,3 +308,16 @@ def datagram_types(payload: bytes) -> str:
     except IndexError:
         names.append(UNKNOWN)
     return "+".join(names) or UNKNOWN
+
+
+def destination_cid(payload: bytes) -> str | None:
+    """The Destination Connection ID (hex) of a datagram whose first packet has a long header,
+    else None: a client's first Initial names the connection (its original DCID) before any key.
+    RFC 9000 §17.2: "Destination Connection ID Length: The byte following the version contains
+    the length in bytes of the Destination Connection ID field"."""
+    if len(payload) < 6 or not payload[0] & 0x80:
+        return None
+    length = payload[5]
+    if length > MAX_CID_BYTES or len(payload) < 6 + length:
+        return None
+    return payload[6:6 + length].hex()

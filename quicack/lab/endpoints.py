@@ -114,6 +114,8 @@ def wait_for_qlog(folder: Path, odcid: str, deadline: float) -> Path | None:
 
 def _serve(specs: list, qlog_dir: str, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner stops it
+    from cryptography.hazmat.primitives import serialization
+
     from quicack.lab import serve
 
     async def main() -> None:
@@ -122,7 +124,8 @@ def _serve(specs: list, qlog_dir: str, conn) -> None:
         except QuicackError as e:
             conn.send(("error", str(e)))
             return
-        conn.send(("ready", None))
+        conn.send(("ready", {port: anchor.public_bytes(serialization.Encoding.PEM)
+                             for port, anchor in running.anchors.items()}))
         stopped = asyncio.Event()
         asyncio.get_running_loop().add_reader(conn.fileno(), stopped.set)  # a message, or EOF
         await stopped.wait()
@@ -139,6 +142,9 @@ class ServerProcess:
         self.specs = specs
         self.qlog_dir = Path(qlog_dir)
         self._process = None
+        #: each listener's trust anchor as a PEM file, by port (``qlog_dir/ca-PORT.pem``): what a
+        #: real stack's client that checks certificates is told to trust
+        self.anchors: dict[int, Path] = {}
 
     def __enter__(self) -> ServerProcess:
         import multiprocessing
@@ -160,6 +166,9 @@ class ServerProcess:
         if kind == "error":
             self._process.join()
             raise QuicackError(value)
+        for port, pem in value.items():
+            self.anchors[port] = self.qlog_dir / f"ca-{port}.pem"
+            self.anchors[port].write_bytes(pem)
         return self
 
     def __exit__(self, *exc) -> None:

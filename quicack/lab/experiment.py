@@ -13,7 +13,7 @@ stack sends its one certificate when it is ready), and the response size.  The f
     name = "instant-ack"            # optional; default: the file's name without .toml
     repetitions = 10
     servers = ["serve-wfc", "serve-iack", "serve-iack-ping"]   # also peers: "quic-go", "quinn", …
-    clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn"
+    clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn", "quiche", "tquic", "s2n-quic", "kwik"
     one_way_delay_ms = [0.5, 4.5, 10, 50, 150]
     address = "127.0.0.1"           # loopback: where the servers and the relays listen
     cert_delay_ms = 5               # the defaults of every scenario's server settings
@@ -51,12 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicack.core.impairment import parse_drops
+from quicack.lab import stackclients
 from quicack.model import QuicackError
 
 #: quicack's own servers, by the name a ``testbed_runs`` row gives them, and their serve mode
 SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping"}
 #: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients
-CLIENTS = ("quicack", "quic-go", "ngtcp2", "quinn")
+CLIENTS = ("quicack", *stackclients.CLIENTS)
 
 
 def server_names() -> tuple[str, ...]:

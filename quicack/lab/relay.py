@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quicack.core.impairment import (DIRECTIONS, TO_CLIENT, TO_SERVER, Direction, Impairment,
-                                     datagram_types, option, parse_drops)
+                                     datagram_types, destination_cid, option, parse_drops)
 from quicack.model import QuicackError
 from quicack.scan import rxtime
 from quicack.store.relaytable import RelayRecords
@@ -188,10 +188,11 @@ class _Log:
 # --- the relay -------------------------------------------------------------------------------
 
 class _Flow:
-    __slots__ = ("id", "client", "upstream")
+    __slots__ = ("id", "client", "upstream", "dcid")
 
     def __init__(self, flow_id: int, client: tuple, upstream: socket.socket):
         self.id, self.client, self.upstream = flow_id, client, upstream
+        self.dcid: str | None = None  # its first client Initial's (destination_cid)
 
 
 def _udp_socket(family: int) -> socket.socket:
@@ -346,7 +347,8 @@ class Relay:
             origin_ms = self._origin_ns / 1e6
             self.records = RelayRecords(described, origin_ms, time.time_ns() / 1e6, cpu_ms,
                                         sum(self._overflow.values()),
-                                        self._log.columns(self._names, origin_ms))
+                                        self._log.columns(self._names, origin_ms),
+                                        {self._names[f.id]: f.dcid for f in self._flows.values() if f.dcid})
         return self.records
 
     def _set_realtime(self) -> tuple:
@@ -449,6 +451,8 @@ class Relay:
                 sock: socket.socket | None, destination: tuple | None) -> None:
         arrival_ms = (arrival_ns - self._origin_ns) / 1e6
         types = datagram_types(data)
+        if flow.dcid is None and DIRECTIONS[direction] == TO_SERVER:
+            flow.dcid = destination_cid(data)
         core = self._directions[direction]
         if self._stopping or sock is None:
             self._log.add(flow.id, direction, core.count(flow.id), len(data), types, arrival_ms,

@@ -182,6 +182,8 @@ class _Invocation:
         self.client_dir.mkdir(parents=True, exist_ok=True)
         self.ports: dict[tuple, int] = {}
         self.programs: dict[str, Path] = {}
+        #: quicack serve's trust anchors by port (:attr:`endpoints.ServerProcess.anchors`)
+        self.anchors: dict[int, Path] = {}
         self.loop = asyncio.new_event_loop()
 
     def listeners(self, groups: list[Group]) -> list:
@@ -215,7 +217,8 @@ class _Invocation:
         host, port = self.experiment.address, next(iter(self.ports.values()))
         self.loop.run_until_complete(endpoints.attempt(host, port, "/", 5.0))
         for client, program in self.programs.items():
-            stackclients.attempt(client, program, host, port, "/", 5.0, self.client_dir / "warm-up")
+            stackclients.attempt(client, program, host, port, "/", 5.0, self.client_dir / "warm-up",
+                                 self.anchors.get(port))
 
     def left(self) -> bool:
         return self.limit is None or self.summary.attempted < self.limit
@@ -245,7 +248,8 @@ class _Invocation:
                     for cell, repetition in group.todo:
                         if not self.left():
                             break
-                        done.append(self.attempt(cell, repetition, relays[cell.server]))
+                        ca = peers.certs[cell.server] if cell.peer else self.anchors.get(self.ports[cell.listener])
+                        done.append(self.attempt(cell, repetition, relays[cell.server], ca))
             except KeyboardInterrupt:
                 interrupted = True
         if done:
@@ -253,7 +257,7 @@ class _Invocation:
         if interrupted:
             raise KeyboardInterrupt
 
-    def attempt(self, cell: Cell, repetition: int, relay) -> Made:
+    def attempt(self, cell: Cell, repetition: int, relay, ca: Path | None = None) -> Made:
         summary = self.summary
         address, port = relay.address
         if cell.client == "quicack":
@@ -264,7 +268,7 @@ class _Invocation:
                                                       f"{cell.server}_{repetition}")
             one = Made.from_stack(cell, repetition, stackclients.attempt(
                 cell.client, self.programs[cell.client], address, port, _path(cell),
-                self.experiment.timeout_s, folder))
+                self.experiment.timeout_s, folder, ca))
         summary.attempted += 1
         summary.outcomes[one.outcome] += 1
         took = (f"ttfb {one.ttfb_ms:.1f} ms" if one.ttfb_ms is not None else
@@ -340,6 +344,7 @@ class _Invocation:
             if rec is not None and mine:
                 for one, flow in zip(mine, stackclients.flows_by_time(rec, [one.window for one in mine])):
                     one.flow = flow
+                    one.odcid = one.odcid or rec.initial_dcids.get(flow)  # a client without a qlog
 
     def _match_peers(self, done: list[Made], peer_qlogs: dict[str, list[Path]]) -> tuple[list, list]:
         """Ingest each peer's qlog files; their server connections matched to the attempts."""
@@ -409,7 +414,8 @@ def run(path: str | Path, db: str | Path, repetitions: int | None = None, limit:
                 invocation.prepare_stacks(groups)
                 listeners = invocation.listeners(groups)
                 with (endpoints.ServerProcess(listeners, invocation.server_dir) if listeners
-                      else contextlib.nullcontext()):
+                      else contextlib.nullcontext()) as servers:
+                    invocation.anchors = servers.anchors if servers else {}
                     invocation.warm_up()
                     for group in groups:
                         if not invocation.left():

@@ -28,11 +28,9 @@ kernel's receive time (:class:`_ReceiveClock`): the ACK Delay it reports is what
 sample really contains.
 
 Behaviours for testing scanners against broken peers: ``silent`` (reads, never answers),
-``garbage`` (answers every datagram with random bytes), ``close`` (answers the ClientHello with
-a CONNECTION_CLOSE, CONNECTION_REFUSED, in the middle of the handshake), ``alert`` (offers no
-ALPN the client offers: TLS alert no_application_protocol), ``retry``
-(demands address validation with a Retry packet, then wfc) and ``vn`` (speaks only QUIC v2, so
-a v1 client gets a Version Negotiation packet).
+``garbage`` (random bytes to every datagram), ``close`` (CONNECTION_CLOSE, CONNECTION_REFUSED,
+in answer to the ClientHello), ``alert`` (no ALPN the client offers: TLS alert
+no_application_protocol), ``retry`` (a Retry packet, then wfc) and ``vn`` (QUIC v2 only).
 
 ``extra_delay_ms`` delays every datagram the listener sends (a longer return path; loopback has
 no netem). The ``server`` response header names the behaviour, so a probe records what it met.
@@ -430,6 +428,8 @@ class Running:
 
     specs: list[ListenerSpec]
     servers: list[QuicServer] = field(default_factory=list)
+    #: each listener's trust anchor (the root of its chain; the leaf itself when self-signed), by port
+    anchors: dict[int, x509.Certificate] = field(default_factory=dict)
 
     def close(self) -> None:
         for server in self.servers:
@@ -486,7 +486,7 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
         certs, leaf_key = chains.get(n) or chains.setdefault(n, certificate.chain(
             n, ("*.test", "localhost"), common_name="quicack-serve", organization="quicack test server"))
         config = _configuration(spec, certs[0], leaf_key, qlog_path, certs[1:])
-
+        running.anchors[spec.port] = certs[-1]
         clock = _ReceiveClock(loop)
 
         def make_protocol(quic, stream_handler=None, s=spec, k=clock):

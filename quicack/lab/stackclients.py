@@ -2,9 +2,10 @@
 
 Theory of operation: quicack's own client (:mod:`quicack.lab.endpoints`) is one stack, aioquic; a
 testbed that only measures it measures one client's timers.  The clients here are those of the
-real peers (:mod:`quicack.lab.peers`): the quic-go and quinn peers' own binaries in their client
-mode (``-get`` / ``--get``, built from ``tests/peers/<name>/``) and Debian's ngtcp2 client
-(``gtlsclient``, package ``ngtcp2-client``).  Each attempt runs one of them as a child process
+real peers (:mod:`quicack.lab.peers`): the quic-go, quinn, quiche, TQUIC, s2n-quic and kwik
+peers' own binaries in their client mode (``-get`` / ``--get``, built from ``tests/peers/<name>/``)
+and Debian's ngtcp2 client (``gtlsclient``, package ``ngtcp2-client``).  The later four check the
+server's certificate: each attempt passes the server's trust anchor (``--ca``).  Each attempt runs one of them as a child process
 against the relay (:func:`attempt`): one connection, one ``GET``, certificates not checked (as
 quicack's client), UDP GSO off, its qlog written into a folder of its own, and its output read
 for the outcome — exit status 0 and the response's size — so nothing of the stack is touched.
@@ -23,6 +24,9 @@ What each stack's qlog holds differs, and so do the figures ``testbed_runs`` can
   so its trace is ingested as two connections (the second with vantage ``server``, inferred from
   its first packet event).  Its TTFB and handshake time come from the client's own clock
   (``connect`` → response HEADERS / handshake done, printed by the binary).
+- quiche 0.30 and TQUIC 1.6 log packets with frames (quiche its ``pto_count`` too); s2n-quic and
+  kwik write no qlog: their rows hold the outcome and size, and the server's trace is found by
+  the ODCID the relay read from the client's first Initial.
 
 The child's start and end (wall clock) bound the attempt: the relay's flow whose first datagram
 arrived in between is the attempt's (:func:`flows_by_time`), since attempts run one at a time.
@@ -65,7 +69,16 @@ CLIENTS: dict[str, StackClient] = {c.name: c for c in (
     # its pto_count is in metrics_updated, but the trace is split at the server's first Initial;
     # no frames: its TTFB and handshake time come from its own clock (the binary prints them)
     StackClient("quinn", "quinn 0.11.12 + h3 0.0.8 client (tests/peers/quinn, --get)", None),
+    # the later peers' clients (--get URL --ca PEM): they check the server's certificate against
+    # the listener's trust anchor, with SNI localhost; quiche logs pto_count in its metrics,
+    # TQUIC no PTO at all, s2n-quic and kwik write no qlog (their rows: outcome and size only)
+    StackClient("quiche", "quiche 0.30.0 client (tests/peers/quiche, --get)", "metrics"),
+    StackClient("tquic", "TQUIC 1.6.0 client (tests/peers/tquic, --get)", None),
+    StackClient("s2n-quic", "s2n-quic 1.91.0 + h3 client (tests/peers/s2n-quic, --get)", None),
+    StackClient("kwik", "kwik 0.10.8 + flupke 0.9.4 client (tests/peers/kwik, --get)", None),
 )}
+#: the clients told which certificate to trust (``--ca``): each attempt needs the server's anchor
+CHECKS_CERTIFICATES = ("quiche", "tquic", "s2n-quic", "kwik")
 
 #: where a server's PTO expiries come from, by its testbed name: quicack serve logs each expiry
 #: (:mod:`quicack.lab.ptolog`); peers as their qlog allows (None: not logged)
@@ -116,9 +129,10 @@ def binary(name: str, progress=None) -> Path:
 
 
 def command(name: str, program: Path, host: str, port: int, path: str, timeout_s: float,
-            folder: Path) -> tuple[list[str], dict[str, str], str | None]:
+            folder: Path, ca: Path | None = None) -> tuple[list[str], dict[str, str], str | None]:
     """The client's command line and environment for one GET of ``path`` from ``host:port``
-    writing its qlog into ``folder``; and the ODCID it was told to use (None: its own)."""
+    writing its qlog into ``folder``; and the ODCID it was told to use (None: its own).  ``ca``:
+    the server's trust anchor (PEM), for the clients of :data:`CHECKS_CERTIFICATES`."""
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     url = f"https://{authority}{path}"
     env = {**os.environ, "QUIC_GO_DISABLE_GSO": "true"}
@@ -135,6 +149,12 @@ def command(name: str, program: Path, host: str, port: int, path: str, timeout_s
     if name == "quinn":
         return ([str(program), "--get", url, "--qlog", str(folder / "quinn-client.sqlog"),
                  "--timeout", f"{timeout_s:g}"], env, None)
+    if name in CHECKS_CERTIFICATES:
+        if ca is None:
+            raise QuicackError(f"the {name} client checks the server's certificate: it needs the server's trust anchor")
+        # (no timeout option: the runner kills it after timeout_s, an attempt with outcome timeout)
+        return ([str(program), "--get", url, "--ca", str(ca)],
+                {**env, "QLOGDIR": str(folder), "SSLKEYLOGFILE": str(folder / "keylog.txt")}, None)
     raise QuicackError(f"unknown client {name!r}; real-stack clients: {', '.join(CLIENTS)}")
 
 
@@ -165,13 +185,14 @@ def _result(name: str, code: int | None, stdout: str, stderr: str, folder: Path,
 
 
 def attempt(name: str, program: Path, host: str, port: int, path: str, timeout_s: float,
-            folder: Path) -> StackAttempt:
+            folder: Path, ca: Path | None = None) -> StackAttempt:
     """One connection attempt of client ``name`` through ``host:port`` (the relay); its qlog and
-    files in ``folder`` (emptied first).  Never raises for network trouble."""
+    files in ``folder`` (emptied first); ``ca`` as :func:`command`.  Never raises for network
+    trouble."""
     folder = folder.resolve()  # (the child runs in it)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    cmd, env, odcid = command(name, program, host, port, path, timeout_s, folder)
+    cmd, env, odcid = command(name, program, host, port, path, timeout_s, folder, ca)
     started = time.time() * 1e3
     child = subprocess.Popen(cmd, env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)

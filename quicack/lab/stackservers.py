@@ -42,6 +42,8 @@ class PeerServers:
         self.progress = progress
         self.ports: dict[str, int] = {}
         self.qlogs: dict[str, list[Path]] = {}
+        #: each one's self-signed certificate (PEM), what a client that checks certificates trusts
+        self.certs: dict[str, Path] = {}
         self._stack = contextlib.ExitStack()
         self._running = {}
 
@@ -57,6 +59,7 @@ class PeerServers:
                 for size in self.sizes:  # GET /N: N bytes, as quicack serve answers
                     (htdocs / str(size)).write_bytes(bytes(i % 251 for i in range(size)))
                 self.ports[name] = run.port
+                self.certs[name] = run.cert
                 self._running[name] = run
         except BaseException:
             self._stack.close()

@@ -13,7 +13,7 @@ DuckDB or Arrow until records are written: a relay's process does not need them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +46,10 @@ class RelayRecords:
     #: datagrams the kernel dropped on the relay's sockets (SO_RXQ_OVFL)
     kernel_drops: int
     columns: dict[str, list]
+    #: flow → the Destination Connection ID (hex) of its first client datagram, the connection's
+    #: original DCID, read without keys: what names a server's qlog when the client wrote none
+    #: (not stored)
+    initial_dcids: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.columns["arrival_index"])

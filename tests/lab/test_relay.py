@@ -29,7 +29,7 @@ from aioquic.quic.packet import (QuicPacketType, QuicProtocolVersion, encode_qui
                                  encode_quic_version_negotiation, pull_quic_header)
 
 from quicack.core.impairment import (DROP_LIST, LOSS, QUEUE_FULL, TO_CLIENT, TO_SERVER, Direction,
-                                     Impairment, datagram_types, parse_drops)
+                                     Impairment, datagram_types, destination_cid, parse_drops)
 from quicack.lab import serve
 from quicack.lab.relay import (SEND_ERROR, STOPPED, Relay, RelayConfig, RelayProcess,
                                parse_endpoint)
@@ -308,6 +308,9 @@ def test_datagram_types_of_a_real_handshake(version):
         now += 0.005
     named = [datagram_types(d) for d in seen]
     assert named == [_aioquic_types(d) for d in seen]
+    # the client's first Initial names the connection before any key: its original DCID
+    assert destination_cid(seen[0]) == client.original_destination_connection_id.hex()
+    assert [destination_cid(d) for d, name in zip(seen, named) if name == "1RTT"] == [None] * named.count("1RTT")
     assert named[0] == "initial" and "initial+handshake" in named and "1RTT" in named
     retry = encode_quic_retry(version, b"\x01" * 8, b"\x02" * 8, b"\x03" * 8, b"token")
     negotiation = encode_quic_version_negotiation(b"\x01" * 8, b"\x02" * 8, [version])
