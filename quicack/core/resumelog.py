@@ -136,3 +136,52 @@ def phase_row(data: dict) -> tuple:
             _number(saved_cwnd if saved_cwnd is not None else _first(data, "saved_congestion_window",
                                                                        "saved_cwnd", "previous_cwnd"), True),
             _number(saved_rtt if saved_rtt is not None else _first(data, "saved_rtt", "previous_rtt"), False))
+
+
+#: The qlog draft's transition table: trigger → the (from, to) phase pairs it may label.
+#: ``None`` as a trigger: the draft makes it optional; a change without one is checked by phases.
+TRANSITIONS: dict[str | None, set[tuple[str, str]]] = {
+    "congestion_window_limited": {("reconnaissance", "unvalidated")},
+    "rtt_not_validated": {("reconnaissance", "normal"), ("unvalidated", "normal")},
+    "last_unvalidated_packet_sent": {("unvalidated", "validating")},
+    "first_unvalidated_packet_acknowledged": {("unvalidated", "validating")},
+    "rtt_exceeded": {("unvalidated", "validating")},
+    "rate_limited": {("unvalidated", "normal")},
+    "last_unvalidated_packet_acknowledged": {("validating", "normal")},
+    "path_changed": {("unvalidated", "safe_retreat")},
+    "packet_loss": {("unvalidated", "safe_retreat"), ("validating", "safe_retreat"),
+                    ("reconnaissance", "normal")},
+    "ECN_CE": {("unvalidated", "safe_retreat"), ("validating", "safe_retreat"), ("reconnaissance", "normal")},
+    "exit_recovery": {("safe_retreat", "normal")},
+}
+#: Figure 1 of draft-ietf-tsvwg-careful-resume-24: the phase changes there are at all.
+EDGES = {("reconnaissance", "unvalidated"), ("reconnaissance", "normal"), ("unvalidated", "validating"),
+         ("unvalidated", "normal"), ("unvalidated", "safe_retreat"), ("validating", "normal"),
+         ("validating", "safe_retreat"), ("safe_retreat", "normal")}
+
+
+def rule_breaks(changes: list[tuple[str | None, str | None, str | None]]) -> list[str]:
+    """One connection's phase changes ``(old, new, trigger)`` in order, checked against the drafts:
+    the first enters reconnaissance, each starts where the one before ended, each is an edge of
+    the draft's Figure 1 labelled with a trigger the qlog draft's table allows for it, and nothing
+    follows normal.  Returns one line per break (empty: the sequence follows the drafts)."""
+    breaks = []
+    phase = None
+    for i, (old, new, trigger) in enumerate(changes):
+        where = f"change {i + 1} ({old} → {new}, {trigger})"
+        if i == 0:
+            if new != "reconnaissance" or old not in (None, "normal"):
+                breaks.append(f"{where}: Careful Resume starts in reconnaissance")
+            phase = new
+            continue
+        if phase == "normal":
+            breaks.append(f"{where}: nothing follows normal")
+        if old is not None and old != phase:
+            breaks.append(f"{where}: the phase was {phase}")
+        edge = (old if old is not None else phase, new)
+        if edge not in EDGES:
+            breaks.append(f"{where}: not a transition of the draft")
+        elif trigger is not None and edge not in TRANSITIONS.get(trigger, set()):
+            breaks.append(f"{where}: trigger {trigger} does not lead from {edge[0]} to {edge[1]}")
+        phase = new
+    return breaks
