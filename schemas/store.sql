@@ -390,5 +390,9 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     relay_flow                   VARCHAR,
     client_qlog_path             VARCHAR,
     server_qlog_path             VARCHAR,
+    ttlb_ms                      DOUBLE,
+    prime_bytes                  BIGINT,
+    prime_rate_to_client_kbps    DOUBLE,
+    receive_window_bytes         BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );
