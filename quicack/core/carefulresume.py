@@ -110,6 +110,8 @@ class CarefulResume:
         self._initial_unacked: set[int] = set()  # Reconnaissance: the initial data not yet acknowledged
         self._initial_bytes = 0
         self._confirmed = False
+        self._filled = False  # Reconnaissance: the sender has filled its window (it has more to send)
+        self._last_sent = 0
         self._window = 0  # the window after the last call (for the transitions' state)
         self._ssthresh: int | None = None
 
@@ -166,11 +168,14 @@ class CarefulResume:
         decision = Decision()
         self._window = congestion_window
         if self.phase == RECONNAISSANCE:
+            self._last_sent = packet_number
             # "the sender transmits any initial data" (the IW): the packets to be acknowledged
             if self._initial_bytes < self.initial_window and not self._confirmed:
                 self._initial_unacked.add(packet_number)
                 self._initial_bytes += size
-            elif self._confirmed and flight_size + self.mss > congestion_window:
+            # "has more data to send than the CWND would allow" (qlog draft, congestion_window_limited)
+            self._filled = self._filled or flight_size + self.mss > congestion_window
+            if self._confirmed and self._filled:
                 self._leave_reconnaissance(decision, now, packet_number, flight_size, congestion_window)
         elif self.phase == UNVALIDATED:
             self.last_unvalidated = packet_number
@@ -196,6 +201,11 @@ class CarefulResume:
             # then enter the Unvalidated Phase. ... this transition MAY be deferred to the time at
             # which more data is sent than would have normally permitted by the CC algorithm."
             self._confirmed = self._confirmed or (self._initial_bytes > 0 and not self._initial_unacked)
+            # "Although a sender can immediately transition to the Unvalidated Phase, this transition
+            # MAY be deferred": at once when the sender filled its window; a sender that did not
+            # (rate-limited) waits in Reconnaissance until it does (on_sent)
+            if self._confirmed and self._filled:
+                self._leave_reconnaissance(decision, now, self._last_sent, flight_size, congestion_window)
         elif self.phase == UNVALIDATED:
             # Unvalidated Phase (Tracking PipeSize): "increased by the volume of data that is newly
             # acknowledged by each received ACK"

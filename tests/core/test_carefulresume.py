@@ -61,10 +61,10 @@ class Sender:
 
 
 def _to_unvalidated(s: Sender) -> list[int]:
-    first = s.send()                  # the initial window
+    first = s.send()                  # the initial window, filled: the sender has more to send
     s.now += 0.050
-    s.ack(first)                      # all initial data acknowledged: path confirmed
-    return s.send()                   # slow start fills the window: the jump
+    s.ack(first)                      # all initial data acknowledged: path confirmed, the jump
+    return s.send()                   # the jump's window, sent
 
 
 def test_without_saved_parameters_nothing_changes():
@@ -73,12 +73,26 @@ def test_without_saved_parameters_nothing_changes():
     assert s.changes == [] and s.cr.phase == cr.NORMAL and s.cwnd == 2 * IW
 
 
+def test_a_sender_that_does_not_fill_its_window_stays_in_reconnaissance():
+    # "A sender that is rate-limited ... is allowed to remain in the Reconnaissance Phase and to not
+    # transition to the Unvalidated Phase until there is more data in the transmission buffer than
+    # would normally be permitted by the CC algorithm"
+    s = Sender()
+    first = s.send(n=4)
+    s.now += 0.05
+    s.ack(first)
+    assert s.cr.phase == cr.RECONNAISSANCE
+    s.send(n=24)                                   # now it fills the window: IW + 4 packets
+    assert s.path()[-1] == ("reconnaissance", "unvalidated", "congestion_window_limited")
+    # packets 5 to 18 filled it; the next one is the first sent beyond what slow start allowed
+    assert s.changes[-1].first_unvalidated_packet == 19 and s.cr.last_unvalidated == s.pn == 28
+
+
 def _jump(s: Sender, rtt: float = 0.050) -> None:
-    """Through reconnaissance into the Unvalidated Phase, not sending beyond the jump."""
+    """Through reconnaissance into the Unvalidated Phase (nothing sent there yet)."""
     first = s.send()
     s.now += rtt
     s.ack(first, rtt=rtt)
-    s.send(n=20)                                   # the window (2 IW) filled: the jump
 
 
 def test_jump_validate_normal():
@@ -89,31 +103,29 @@ def test_jump_validate_normal():
     jump = s.changes[1]
     assert (jump.old, jump.new, jump.trigger) == ("reconnaissance", "unvalidated", "congestion_window_limited")
     assert jump.congestion_window == 600_000 and jump.restored == SAVED
-    # "The variable PipeSize is initialised to the flight_size on entry"
-    assert jump.pipesize == 2 * IW
+    # at once when the ACK acknowledged all the initial data: "The variable PipeSize is
+    # initialised to the flight_size on entry" — nothing in flight then
+    assert jump.pipesize == 0 and jump.time == 0.050 and jump.first_unvalidated_packet == 11
     # the window was filled up to jump_cwnd: "the flight_size equals the CWND" → Validating,
     # "the CWND MUST be set to the flight_size"
     val = s.changes[2]
     assert (val.new, val.trigger) == ("validating", "last_unvalidated_packet_sent")
     assert val.congestion_window == s.flight == 600_000 - 600_000 % MSS
-    assert val.first_unvalidated_packet == sent[-len(sent) + 20] and val.last_unvalidated_packet == s.pn
+    assert val.first_unvalidated_packet == sent[0] == 11 and val.last_unvalidated_packet == s.pn == sent[-1]
     s.now += 0.050
     s.ack(sorted(s.sent))
     assert s.path()[-1] == ("validating", "normal", "last_unvalidated_packet_acknowledged")
-    assert s.cr.pipesize == 2 * IW + val.congestion_window
+    assert s.cr.pipesize == val.congestion_window
     assert rule_breaks(s.path()) == []
 
 
 def test_first_unvalidated_packet_acknowledged_ends_the_unvalidated_phase():
     s = Sender(max_jump=10_000_000)
-    first = s.send()
-    s.now += 0.05
-    s.ack(first)
-    s.send(n=20)                                   # the window (2 IW) filled: jump
+    _jump(s)
     assert s.cr.phase == cr.UNVALIDATED
-    unvalidated = s.send(n=5)
+    unvalidated = s.send(n=25)
     s.now += 0.01
-    s.ack([min(s.sent), unvalidated[0]])           # an ACK for the first unvalidated packet
+    s.ack([unvalidated[0]])                        # an ACK for the first unvalidated packet
     assert s.path()[-1] == ("unvalidated", "validating", "first_unvalidated_packet_acknowledged")
     assert s.cwnd == s.flight                      # "the CWND MUST be set to the flight_size"
     assert rule_breaks(s.path()) == []
@@ -168,7 +180,7 @@ def test_rate_limited_sender_returns_to_normal():
     _jump(s)
     s.send(n=3)                                    # then the application has little to send
     s.now += 0.05
-    s.ack(sorted(s.sent)[:-2])                     # the first unvalidated packet acknowledged
+    s.ack(sorted(s.sent)[:1])                      # the first unvalidated packet acknowledged
     # "if (flight_size is less than IW) or (flight_size is less than or equal to the PipeSize)
     # then the CWND is reset to the PipeSize (rate_limited)"
     assert s.path()[-1] == ("unvalidated", "normal", "rate_limited")
