@@ -246,10 +246,12 @@ class CarefulResume:
         return decision
 
     def on_persistent_congestion(self, now: float) -> Decision:
-        """"A sender that experiences persistent congestion ... ceases to use Careful Resume.""" ""
+        """"A sender that experiences persistent congestion ... ceases to use Careful Resume" — the
+        qlog draft names no trigger for it (its ``packet_loss`` leads to Safe Retreat from Unvalidated
+        and Validating), so the change is logged without one."""
         decision = Decision()
         if self.phase in (RECONNAISSANCE, UNVALIDATED, VALIDATING, SAFE_RETREAT):
-            self._change(decision, now, NORMAL, "packet_loss")
+            self._change(decision, now, NORMAL, None)
         return decision
 
     # --- transitions ------------------------------------------------------------------------------

@@ -243,3 +243,10 @@ def test_rule_breaks_names_what_the_drafts_do_not_allow():
         "change 2 (reconnaissance → validating, rtt_exceeded): not a transition of the draft",
         "change 3 (unvalidated → normal, exit_recovery): the phase was validating",
         "change 3 (unvalidated → normal, exit_recovery): trigger exit_recovery does not lead from unvalidated to normal"]
+
+
+def test_persistent_congestion_ends_careful_resume_without_a_trigger():
+    s = Sender()
+    _jump(s)
+    s.apply(s.cr.on_persistent_congestion(s.now))
+    assert s.path()[-1] == ("unvalidated", "normal", None) and rule_breaks(s.path()) == []
