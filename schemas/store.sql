@@ -170,6 +170,24 @@ CREATE TABLE IF NOT EXISTS other_events (
     data          JSON
 );
 
+CREATE TABLE IF NOT EXISTS careful_resume_phases (
+    connection_id                 BIGINT NOT NULL,
+    event_index                   BIGINT NOT NULL,
+    time_ms                       DOUBLE,
+    event_name                    VARCHAR NOT NULL,
+    old_phase                     VARCHAR,
+    new_phase                     VARCHAR,
+    trigger                       VARCHAR,
+    logged_trigger                VARCHAR,
+    pipesize_bytes                BIGINT,
+    first_unvalidated_packet      BIGINT,
+    last_unvalidated_packet       BIGINT,
+    congestion_window_bytes       BIGINT,
+    ssthresh_bytes                BIGINT,
+    saved_congestion_window_bytes BIGINT,
+    saved_rtt_ms                  DOUBLE
+);
+
 CREATE TABLE IF NOT EXISTS rtt_samples (
     connection_id        BIGINT NOT NULL,
     event_index          BIGINT NOT NULL,
@@ -372,5 +390,9 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     relay_flow                   VARCHAR,
     client_qlog_path             VARCHAR,
     server_qlog_path             VARCHAR,
+    ttlb_ms                      DOUBLE,
+    prime_bytes                  BIGINT,
+    prime_rate_to_client_kbps    DOUBLE,
+    receive_window_bytes         BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );

@@ -71,13 +71,13 @@ class Attempt:
 
 
 async def attempt(address: str, port: int, path: str, timeout_s: float, index: int = 0,
-                  repetition: int = 0) -> Attempt:
+                  repetition: int = 0, receive_window: int | None = None) -> Attempt:
     """One handshake and GET ``path`` to ``address:port`` (the relay); never raises for network
     trouble (the outcome says what happened)."""
     cid, odcid = os.urandom(8), os.urandom(8)
     spec = probe.ProbeSpec(index, repetition, "localhost", address, port, cid, odcid, path=path,
                            first_response_timeout_s=timeout_s, handshake_timeout_s=timeout_s,
-                           response_timeout_s=timeout_s)
+                           response_timeout_s=timeout_s, receive_window=receive_window)
     one = TestbedProbe(spec, asyncio.get_running_loop())
     try:
         one.start()

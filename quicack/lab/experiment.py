@@ -25,7 +25,19 @@ stack sends its one certificate when it is ready), and the response size.  The f
     drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server or per client
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
-    # cert_delay_ms, cert_chain_length, response_bytes, description
+    # cert_delay_ms, cert_chain_length, response_bytes, description,
+    # prime_bytes, prime_rate_to_client_kbps, receive_window_bytes (below)
+
+Careful Resume (issue 30): the server ``serve-careful-resume`` is ``serve-wfc`` with the
+congestion controller ``careful-resume`` (:mod:`quicack.lab.carefulcc`); the other servers use
+aioquic's New Reno (slow start).  ``prime_bytes`` makes quicack's client fetch that many bytes
+through the path first, in an earlier connection that is not a row: the one whose capacity and
+RTT a Careful Resume server saves, waited for until the server has ended it (its qlog written)
+— the same for every server, so slow start and Careful Resume meet the same path.
+``prime_rate_to_client_kbps`` gives the earlier connection another bottleneck rate than the
+scenario's (a path whose capacity dropped in between: Safe Retreat).  ``receive_window_bytes``
+raises the client's initial flow-control limits (aioquic's 1 MB, doubled whenever half is used,
+would otherwise cap what a sender may have in flight on a high-BDP path).
 
 A drop list may differ per server and per client, as the datagrams a stack sends do: a table
 whose keys are the scenario's servers gives one per server, one whose keys are the experiment's
@@ -55,7 +67,10 @@ from quicack.lab import stackclients
 from quicack.model import QuicackError
 
 #: quicack's own servers, by the name a ``testbed_runs`` row gives them, and their serve mode
-SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping"}
+SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping",
+                 "serve-careful-resume": "wfc"}
+#: quicack's servers whose congestion controller is not aioquic's New Reno
+SERVE_CONGESTION = {"serve-careful-resume": "careful-resume"}
 #: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients
 CLIENTS = ("quicack", *stackclients.CLIENTS)
 
@@ -72,8 +87,10 @@ TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
               "rate_to_server_kbps", "queue_bytes", "queue_packets")
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
+#: the earlier connection and the client's flow-control limits (module docstring)
+PRIME_KEYS = ("prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
-                 "drop_to_server") + SERVER_KEYS + RELAY_KEYS
+                 "drop_to_server") + SERVER_KEYS + RELAY_KEYS + PRIME_KEYS
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
@@ -120,6 +137,11 @@ class Scenario:
     response_bytes: int | None
     relay: dict = field(default_factory=dict)
     description: str = ""
+    #: the earlier connection's response size (None: none), its bottleneck rate (None: the
+    #: scenario's), and the client's flow-control limit (None: aioquic's)
+    prime_bytes: int | None = None
+    prime_rate_to_client_kbps: float | None = None
+    receive_window_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -155,14 +177,21 @@ class Cell:
         return 0.0 if self.peer else self.scenario.cert_delay_ms
 
     @property
-    def listener(self) -> tuple[str, float, int] | None:
-        """What quicack's server must be: (serve mode, certificate delay, chain length); None
-        for a peer."""
+    def listener(self) -> tuple[str, float, int, str] | None:
+        """What quicack's server must be: (serve mode, certificate delay, chain length, congestion
+        controller); None for a peer."""
         s = self.scenario
-        return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length)
+        return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length,
+                                       SERVE_CONGESTION.get(self.server, "reno"))
 
-    def relay_options(self, listen: str, upstream: str, seed: int) -> dict:
-        """Keyword arguments of :meth:`quicack.lab.relay.RelayConfig.from_options`."""
+    def relay_options(self, listen: str, upstream: str, seed: int, prime: bool = False) -> dict:
+        """Keyword arguments of :meth:`quicack.lab.relay.RelayConfig.from_options` (``prime``: for
+        the earlier connection, at its rate and without drops)."""
+        if prime:
+            relay = dict(self.scenario.relay)
+            if self.scenario.prime_rate_to_client_kbps is not None:
+                relay["rate_to_client_kbps"] = self.scenario.prime_rate_to_client_kbps
+            return dict(relay, listen=listen, upstream=upstream, delay_ms=self.one_way_delay_ms, seed=seed)
         return dict(self.scenario.relay, listen=listen, upstream=upstream, delay_ms=self.one_way_delay_ms,
                     drop_to_client=self.drop_to_client, drop_to_server=self.drop_to_server, seed=seed)
 
@@ -331,11 +360,19 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                                        integer=key in ("burst", "queue_bytes", "queue_packets"),
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
+    prime = {key: reader.number(table, key, None, 1, index, integer=not key.endswith("_kbps"))
+             if key in table else None for key in PRIME_KEYS}
+    if prime["prime_rate_to_client_kbps"] is not None and prime["prime_bytes"] is None:
+        raise reader.fail("prime_rate_to_client_kbps is the earlier connection's rate: give prime_bytes",
+                          "prime_rate_to_client_kbps", index)
+    if (prime["prime_bytes"] or 0) > MAX_RESPONSE_BYTES:
+        raise reader.fail(f"prime_bytes: at most {MAX_RESPONSE_BYTES}", "prime_bytes", index)
     return Scenario(name, mine, reader.delays(table, list(delays), index),
                     reader.drops(table, "drop_to_client", mine, clients, index),
                     reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
-                    settings["response_bytes"], relay, description if isinstance(description, str) else "")
+                    settings["response_bytes"], relay, description if isinstance(description, str) else "",
+                    **prime)
 
 
 def _check_relay(reader: _Reader, experiment: Experiment, index: int, scenario: Scenario) -> None:
@@ -369,7 +406,8 @@ def load(path: str | Path) -> Experiment:
     name = doc.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise reader.fail(f"name {name!r}: expected a text", "name")
-    chosen = reader.names(doc, "servers", tuple(SERVE_SERVERS), server_names())
+    chosen = reader.names(doc, "servers", tuple(k for k in SERVE_SERVERS if k not in SERVE_CONGESTION),
+                          server_names())
     clients = reader.names(doc, "clients", CLIENTS[:1], CLIENTS)
     delays = reader.delays(doc, [0.0])
     top = {"cert_delay_ms": reader.number(doc, "cert_delay_ms", 0.0, 0),

@@ -88,6 +88,8 @@ class Made:
     scid: str | None = None
     #: the TTFB the client itself saw, when it says (for the progress line)
     ttfb_ms: float | None = None
+    #: quicack's client: its own time to last byte
+    ttlb_ms: float | None = None
 
     @classmethod
     def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
@@ -95,7 +97,7 @@ class Made:
         return cls(cell, repetition, r.outcome,
                    r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
                    r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
-                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms)
+                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms, ttlb_ms=r.response_ms)
 
     @classmethod
     def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
@@ -130,9 +132,12 @@ def _cell_key(cell: Cell) -> tuple:
 
 
 def _settings(cell: Cell) -> dict:
+    s = cell.scenario
     return {"drop_to_client": cell.drop_to_client or None, "drop_to_server": cell.drop_to_server or None,
             "cert_chain_length": cell.cert_chain_length, "cert_delay_ms": cell.cert_delay_ms,
-            "response_bytes": cell.scenario.response_bytes}
+            "response_bytes": s.response_bytes, "prime_bytes": s.prime_bytes,
+            "prime_rate_to_client_kbps": s.prime_rate_to_client_kbps,
+            "receive_window_bytes": s.receive_window_bytes}
 
 
 def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) -> list[Group]:
@@ -194,8 +199,8 @@ class _Invocation:
             for cell in group.cells:
                 if cell.listener is not None and cell.listener not in self.ports:
                     self.ports[cell.listener] = endpoints.free_port(host)
-        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain)
-                for (mode, cert_delay, chain), port in self.ports.items()]
+        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain, congestion=congestion)
+                for (mode, cert_delay, chain, congestion), port in self.ports.items()]
 
     def prepare_stacks(self, groups: list[Group]) -> None:
         """Install or build the real clients and servers the plan needs, before anything is measured."""
@@ -229,6 +234,7 @@ class _Invocation:
 
         host = _host(self.experiment.address)
         relays: dict[str, RelayProcess] = {}
+        primes: dict[str, RelayProcess] = {}  # the earlier connections' path, when its rate differs
         done: list[Made] = []
         interrupted = False
         peer_cells = [cell for cell in group.cells if cell.peer]
@@ -242,6 +248,9 @@ class _Invocation:
                 config = RelayConfig.from_options(**cell.relay_options(
                     f"{host}:0", f"{host}:{port}", self.experiment.seed))
                 relays[cell.server] = stack.enter_context(RelayProcess(config))
+                if cell.scenario.prime_rate_to_client_kbps is not None:
+                    primes[cell.server] = stack.enter_context(RelayProcess(RelayConfig.from_options(
+                        **cell.relay_options(f"{host}:0", f"{host}:{port}", self.experiment.seed, prime=True))))
             try:
                 # no full collection of the runner's heap (DuckDB's, the store's) in an attempt
                 with gctuning.tuned(collect_first=True):
@@ -249,7 +258,8 @@ class _Invocation:
                         if not self.left():
                             break
                         ca = peers.certs[cell.server] if cell.peer else self.anchors.get(self.ports[cell.listener])
-                        done.append(self.attempt(cell, repetition, relays[cell.server], ca))
+                        done.append(self.attempt(cell, repetition, relays[cell.server],
+                                                 primes.get(cell.server, relays[cell.server]), ca))
             except KeyboardInterrupt:
                 interrupted = True
         if done:
@@ -257,12 +267,18 @@ class _Invocation:
         if interrupted:
             raise KeyboardInterrupt
 
-    def attempt(self, cell: Cell, repetition: int, relay, ca: Path | None = None) -> Made:
+    def attempt(self, cell: Cell, repetition: int, relay, prime_relay=None, ca: Path | None = None) -> Made:
         summary = self.summary
         address, port = relay.address
         if cell.client == "quicack":
+            primed = cell.scenario.prime_bytes is not None
+            if primed:
+                self._prime(cell, prime_relay or relay)
             one = Made.from_probe(cell, repetition, self.loop.run_until_complete(endpoints.attempt(
-                address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition)))
+                address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition,
+                receive_window=cell.scenario.receive_window_bytes)))
+            if primed and not cell.peer:
+                self._server_done(one.odcid)
         else:
             folder = self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
                                                       f"{cell.server}_{repetition}")
@@ -277,6 +293,24 @@ class _Invocation:
                       f"{cell.one_way_delay_ms:g} ms {cell.server} {cell.client} #{repetition}: "
                       f"{one.outcome} ({took})")
         return one
+
+    def _prime(self, cell: Cell, relay) -> None:
+        """The earlier connection (not a row): quicack's client fetches ``prime_bytes`` through
+        ``relay``; a Careful Resume server saves the path when the connection has ended."""
+        address, port = relay.address
+        one = self.loop.run_until_complete(endpoints.attempt(
+            address, port, f"/{cell.scenario.prime_bytes}", self.experiment.timeout_s,
+            receive_window=cell.scenario.receive_window_bytes))
+        self.progress(f"  earlier connection, {cell.scenario.prime_bytes} bytes: {one.result.outcome} "
+                      f"(ttlb {one.result.response_ms or 0:.0f} ms)")
+        if not cell.peer:
+            self._server_done(one.odcid)
+
+    def _server_done(self, odcid: str) -> None:
+        """Wait until quicack's server has ended the connection ``odcid`` (its qlog written): its
+        saved path is then given back, and the next connection does not meet a server busy
+        writing a large qlog."""
+        endpoints.wait_for_qlog(self.server_dir, odcid, time.monotonic() + SERVER_QLOG_WAIT_S)
 
     def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]]) -> None:
         """Ingest both ends' qlogs, store the relays' records and the attempts' rows."""
@@ -302,7 +336,7 @@ class _Invocation:
                 server_connection_id=server_ids[i], relay_run_id=relay_ids.get(cell.server),
                 relay_flow=one.flow, client_qlog_path=str(one.qlog) if i in client_ids and one.qlog else None,
                 server_qlog_path=str(server_paths[i]) if server_paths[i] else None,
-                client_pto_source=stackclients.pto_source(cell.client),
+                ttlb_ms=one.ttlb_ms, client_pto_source=stackclients.pto_source(cell.client),
                 server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
         self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "

@@ -44,10 +44,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +64,9 @@ from aioquic.tls import Epoch
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from quicack.lab import certificate
+from quicack.lab import carefulcc, certificate
 from quicack.lab.ptolog import LoggedPto
+from quicack.lab.servechild import Child  # noqa: F401  (where callers have found it)
 from quicack.core import recovery
 from quicack.scan import rxtime
 from quicack.scan import targets
@@ -104,10 +102,12 @@ class ListenerSpec:
     cert_chain_length: int = 1
     #: the response body's size (a path ``/N`` asks for N bytes); None: one line of text
     response_bytes: int | None = None
+    #: aioquic's congestion controller: reno (slow start), cubic or careful-resume (:mod:`carefulcc`)
+    congestion: str = "reno"
 
     def describe(self) -> str:
         return (f"{self.host}:{self.port} mode {self.mode}, cert delay {self.cert_delay_ms:g} ms, "
-                f"extra delay {self.extra_delay_ms:g} ms")
+                f"extra delay {self.extra_delay_ms:g} ms, congestion control {self.congestion}")
 
 
 def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
@@ -118,7 +118,7 @@ def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
 def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
     ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``,
-    ``server_header``, ``cert_chain_length``, ``response_bytes``."""
+    ``server_header``, ``cert_chain_length``, ``response_bytes``, ``congestion``."""
     from quicack.scan.campaign import read_toml
 
     doc = read_toml(path)
@@ -131,7 +131,7 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
             host, port = parse_listen(listen)
             options = {k: table[k] for k in ("mode", "cert_delay_ms", "extra_delay_ms",
                                              "ack_delay_exponent", "ack_delay_ms", "server_header",
-                                             "cert_chain_length", "response_bytes") if k in table}
+                                             "cert_chain_length", "response_bytes", "congestion") if k in table}
             spec = ListenerSpec(host, port, **options)
             check_spec(spec, f"{path} listener {i + 1}")
             specs.append(spec)
@@ -143,6 +143,8 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
 def check_spec(spec: ListenerSpec, where: str = "") -> None:
     if spec.mode not in MODES:
         raise QuicackError(f"unknown mode {spec.mode!r}; modes: {', '.join(MODES)}", where or None)
+    if spec.congestion not in carefulcc.CHOICES:
+        raise QuicackError(f"congestion is one of {', '.join(carefulcc.CHOICES)}", where or None)
     if spec.cert_delay_ms < 0 or spec.extra_delay_ms < 0:
         raise QuicackError("delays must not be negative", where or None)
     if not (1 <= spec.cert_chain_length <= 32 and 0 <= (spec.response_bytes or 0) <= MAX_RESPONSE_BYTES):
@@ -305,6 +307,7 @@ class H3ServerProtocol(QuicConnectionProtocol):
             self.transmit()
 
     def quic_event_received(self, event) -> None:
+        carefulcc.on_event(self._quic, event, self._loop.time())  # (a no-op for other controllers)
         if isinstance(event, quic_events.ProtocolNegotiated):
             self._h3 = H3Connection(self._quic)
         if self._h3 is None:
@@ -438,7 +441,8 @@ class Running:
 
 def _configuration(spec: ListenerSpec, cert, key, qlog_dir: Path | None, chain=()) -> QuicConfiguration:
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN, certificate=cert,
-                               private_key=key, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S)
+                               private_key=key, idle_timeout=10.0, initial_rtt=INITIAL_RTT_S,
+                               congestion_control_algorithm=spec.congestion)
     config.certificate_chain = list(chain)  # (sent after the leaf: its issuers)
     if spec.mode == "vn":
         config.supported_versions = [QuicProtocolVersion.VERSION_2]
@@ -480,6 +484,7 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
     loop = asyncio.get_running_loop()
     running = Running(list(specs))
     chains = {1: ([cert], key)}  # certificates (the leaf first) and the leaf's key, per length
+    saved_paths = carefulcc.SavedPaths()
     for spec in running.specs:
         check_spec(spec)
         n = spec.cert_chain_length
@@ -490,7 +495,9 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
         clock = _ReceiveClock(loop)
 
         def make_protocol(quic, stream_handler=None, s=spec, k=clock):
-            return H3ServerProtocol(ServerConnection.adopt(quic, s), stream_handler, spec=s, clock=k)
+            connection = ServerConnection.adopt(quic, s)
+            carefulcc.attach(connection, saved_paths)  # the saved paths of this process's listeners
+            return H3ServerProtocol(connection, stream_handler, spec=s, clock=k)
 
         try:
             family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
@@ -545,49 +552,6 @@ class Background:
     def __exit__(self, *exc) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
-
-
-class Child:
-    """``quicack serve`` in a child process (its own interpreter and core, so its CPU and its
-    timing stay apart from the scanner's): ``with Child(config_path) as child: …``."""
-
-    def __init__(self, config: str | Path, qlog_dir: str | Path | None = None, timeout_s: float = 30):
-        self.config = Path(config)
-        self.qlog_dir = qlog_dir
-        self.timeout_s = timeout_s
-        self.process: subprocess.Popen | None = None
-        self.lines: list[str] = []
-
-    def __enter__(self) -> "Child":
-        args = [sys.executable, "-m", "quicack.cli", "serve", "--config", str(self.config)]
-        if self.qlog_dir:
-            args += ["--qlog-dir", str(self.qlog_dir)]
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True, env=env)
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if line.strip() == "ready":
-                # keep draining its stderr so the child never blocks on a full pipe
-                threading.Thread(target=self.process.stderr.read, daemon=True).start()
-                return self
-            if not line and self.process.poll() is not None:
-                break
-            self.lines.append(line.strip())
-        self.process.kill()
-        message = (self.lines[-1] if self.lines else "") or self.process.stderr.read().strip()
-        raise QuicackError(f"quicack serve did not start: {message}", str(self.config))
-
-    def __exit__(self, *exc) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 async def serve_forever(specs: list[ListenerSpec], qlog_dir: str | Path | None,

@@ -23,7 +23,9 @@ testbed run is measured exactly as any other trace):
   of what earlier frames of the same packet number space (CRYPTO) or stream (STREAM) carried.
   This counts what was sent again, whatever made the stack send it (PTO, loss detection); aioquic
   logs a PTO's retransmissions as ``packet_lost`` too, so lost-packet counts would mix causes.
-  NULL when the endpoint's qlog logs no frames for the connection (quinn 0.11).
+  NULL when the endpoint's qlog logs no frames for the connection (quinn 0.11);
+- ``ttlb_ms``: the time to last byte quicack's client measured itself (its first Initial sent →
+  the response's end of stream read, on its event loop's clock; NULL for a real client).
 
 Rows are keyed on (experiment, scenario, server, client, one_way_delay_ms, repetition): an
 attempt is stored once, and the rows already there are what a resumed run skips
@@ -46,15 +48,19 @@ ATTEMPT_COLUMNS = ("experiment", "scenario", "server", "client", "one_way_delay_
                    "response_bytes", "outcome", "error_reason", "started_epoch_ms")
 LINK_COLUMNS = ("certificates_received", "response_bytes_received", "client_connection_id",
                 "server_connection_id", "relay_run_id", "relay_flow", "client_qlog_path",
-                "server_qlog_path")
+                "server_qlog_path", "ttlb_ms", "prime_bytes", "prime_rate_to_client_kbps",
+                "receive_window_bytes")
 KEY = ("experiment", "scenario", "server", "client", "one_way_delay_ms", "repetition")
 #: a cell's settings: a resumed run must find the rows it continues made with the same ones
-SETTINGS = ("drop_to_client", "drop_to_server", "cert_chain_length", "cert_delay_ms", "response_bytes")
+SETTINGS = ("drop_to_client", "drop_to_server", "cert_chain_length", "cert_delay_ms", "response_bytes",
+            "prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
 
 _TYPES = {"one_way_delay_ms": "DOUBLE", "repetition": "INTEGER", "cert_chain_length": "INTEGER",
           "cert_delay_ms": "DOUBLE", "response_bytes": "BIGINT", "started_epoch_ms": "DOUBLE",
           "certificates_received": "INTEGER", "response_bytes_received": "BIGINT",
-          "client_connection_id": "BIGINT", "server_connection_id": "BIGINT", "relay_run_id": "BIGINT"}
+          "client_connection_id": "BIGINT", "server_connection_id": "BIGINT", "relay_run_id": "BIGINT",
+          "ttlb_ms": "DOUBLE", "prime_bytes": "BIGINT", "prime_rate_to_client_kbps": "DOUBLE",
+          "receive_window_bytes": "BIGINT"}
 
 _INSERT_SQL = """
 WITH ours AS (

@@ -6,7 +6,8 @@ frames for :func:`quicack.core.classify.classify`, and the endpoint's sent packe
 losses, PTO expiries and confirmation for the RFC 9002 replay (the native core's, for every
 connection at once; :mod:`quicack.core.recovery` is its Python face) — runs the pure code, and writes
 the results back: columns of ``connections`` and rows of ``rtt_samples``, each sample next to the
-metrics the implementation logged right after the same ACK.
+metrics the implementation logged right after the same ACK.  Careful Resume phase events are
+read out of ``other_events`` into their own table (:mod:`quicack.store.resumephases`).
 
 Whose view is replayed: the vantage point's (client or server).  A network capture is replayed as
 the client's view (its ``flow``, 'client' unless the trace says otherwise): exact when captured at
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from quicack.core import native
 from quicack.core import recovery
+from quicack.store import resumephases
 from quicack.store.rows import arrow_table
 from quicack.core.classify import IACK, IACK_PING, WFC, Close, Handshake, classify
 from quicack.model import Frame, Packet
@@ -57,6 +59,7 @@ def classify_and_replay(con: duckdb.DuckDBPyConnection, first_connection_id: int
     replayed = {row[0]: row[1:] for row in _replay_all(con, first_connection_id, handshakes)}
     _update_connections(con, handshakes, replayed)
     _fill_sql_figures(con, first_connection_id)
+    resumephases.fill(con, first_connection_id)
 
 
 def _update_connections(con, handshakes: dict[int, Handshake], replayed: dict[int, tuple]) -> None:
