@@ -42,8 +42,11 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Certificates in the server's first flight: the leaf, its issuers, a root.")
 @click.option("--response-bytes", type=click.IntRange(0, None), default=None,
               help="Answer every GET with this many bytes (a path /N asks for N)  [default: one line]")
+@click.option("--request-ack-frequency", metavar="N,MAX_DELAY_MS", default=None,
+              help="Ask a client that advertises min_ack_delay for one ACK per N ack-eliciting packets "
+                   "or MAX_DELAY_MS (an ACK_FREQUENCY frame, draft-ietf-quic-ack-frequency-12).")
 def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header,
-          cert_chain_length, response_bytes):
+          cert_chain_length, response_bytes, request_ack_frequency):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -52,14 +55,16 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
     """
     import asyncio
 
+    from quicack.lab import ackrequest
     from quicack.lab import serve as serve_mod
     try:
+        request = ackrequest.parse(request_ack_frequency) if request_ack_frequency else None
         specs = serve_mod.load_config(config_path) if config_path else []
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
             host, port = serve_mod.parse_listen(listen)
             spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
                                           server_header=server_header, cert_chain_length=cert_chain_length,
-                                          response_bytes=response_bytes)
+                                          response_bytes=response_bytes, request_ack_frequency=request)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:

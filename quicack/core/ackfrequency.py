@@ -84,9 +84,13 @@ class AckFrequency:
 
     def encode(self) -> bytes:
         """The frame, its type included."""
+        return encode_varint(ACK_FREQUENCY_TYPE) + self.encode_fields()
+
+    def encode_fields(self) -> bytes:
+        """The frame's fields after its type."""
         return b"".join(encode_varint(v) for v in (
-            ACK_FREQUENCY_TYPE, self.sequence_number, self.ack_eliciting_threshold,
-            self.requested_max_ack_delay_us, self.reordering_threshold))
+            self.sequence_number, self.ack_eliciting_threshold, self.requested_max_ack_delay_us,
+            self.reordering_threshold))
 
     def check(self, min_ack_delay_us: int | None) -> None:
         """§4: "values of 2^14 milliseconds or greater are invalid for max_ack_delay ... A value

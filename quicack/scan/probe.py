@@ -42,7 +42,8 @@ from aioquic.quic.connection import QuicConnectionState
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion
 from aioquic.tls import State
 
-from quicack.scan import rxtime
+from quicack.core import ackschedule
+from quicack.scan import acking, rxtime
 from quicack.scan.connection import INITIAL_RTT_S, ScanConnection, Trace, TraceLogger, tag_connection
 from quicack.scan.options import USER_AGENT
 
@@ -71,6 +72,8 @@ class ProbeSpec:
     keep_qlog: bool = True
     #: 'h3' (an HTTP/3 GET) or 'hq-interop' (a ``GET /path`` line on a bidirectional stream)
     alpn: str = "h3"
+    #: how the client acknowledges application data (:func:`quicack.core.ackschedule.make`)
+    ack_policy: str = "aioquic"
 
 
 @dataclass
@@ -178,7 +181,9 @@ class Probe:
         self.sock = sock
         self.loop.add_reader(sock.fileno(), self._readable)
         config = _configuration(spec, self.keylog)
-        quic = ScanConnection(configuration=config)
+        quic = acking.connection_class(spec.ack_policy)(configuration=config)
+        if spec.ack_policy != "aioquic":
+            quic.ack_schedule = ackschedule.make(spec.ack_policy)
         quic.split_clienthello = spec.split_clienthello
         # the smallest active_connection_id_limit (RFC 9000 §18.2): the server sends one
         # NEW_CONNECTION_ID instead of seven
@@ -214,6 +219,8 @@ class Probe:
             self._receive(data, now_loop, kernel_s if lag else time.time())
             if self.done.done():
                 return
+            if self.spec.ack_policy != "aioquic" and self.quic.ack_due(now_loop):
+                self._after_io()  # a scheduled ACK goes now, not after the whole batch read
         self._after_io()
 
     def _receive(self, data: bytes, now: float, epoch_s: float) -> None:
