@@ -25,7 +25,13 @@ stack sends its one certificate when it is ready), and the response size.  The f
     drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server or per client
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
-    # cert_delay_ms, cert_chain_length, response_bytes, description
+    # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path
+
+``ack_policy`` (also a top-level default) is how quicack's client acknowledges the response
+(:func:`quicack.core.ackschedule.make`: ``aioquic``, ``ratio:N``, ``custura``,
+``ack-frequency``); a scenario that names one also gets an ``ack_policy_runs`` row per attempt
+of quicack's client (:mod:`quicack.lab.ackpolicyruns`), whose ``path`` column is the scenario's
+``path`` label (``geo``, ``terrestrial``, …; default: the scenario's name).
 
 A drop list may differ per server and per client, as the datagrams a stack sends do: a table
 whose keys are the scenario's servers gives one per server, one whose keys are the experiment's
@@ -66,13 +72,14 @@ def server_names() -> tuple[str, ...]:
     return tuple(SERVE_SERVERS) + stackservers.names()
 
 TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way_delay_ms", "address",
-            "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "scenario")
+            "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "ack_policy",
+            "path", "scenario")
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
               "rate_to_server_kbps", "queue_bytes", "queue_packets")
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
-                 "drop_to_server") + SERVER_KEYS + RELAY_KEYS
+                 "drop_to_server", "ack_policy", "path") + SERVER_KEYS + RELAY_KEYS
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
@@ -119,6 +126,10 @@ class Scenario:
     response_bytes: int | None
     relay: dict = field(default_factory=dict)
     description: str = ""
+    #: quicack's client's ACK policy (None: aioquic's own, and no ack_policy_runs rows) and the
+    #: path's label in ack_policy_runs
+    ack_policy: str | None = None
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,11 @@ class Cell:
     @property
     def drop_to_server(self) -> str:
         return self.scenario.drop_to_server.get((self.server, self.client), "")
+
+    @property
+    def ack_policy(self) -> str:
+        """How quicack's client acknowledges in this cell (aioquic's own unless the scenario says)."""
+        return self.scenario.ack_policy or "aioquic"
 
     @property
     def peer(self) -> bool:
@@ -330,11 +346,28 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                                        integer=key in ("burst", "queue_bytes", "queue_packets"),
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
+    policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)
+    if not isinstance(label, str) or not label:
+        raise reader.fail(f"path {label!r}: expected a label such as \"geo\"", "path", index)
     return Scenario(name, mine, reader.delays(table, list(delays), index),
                     reader.drops(table, "drop_to_client", mine, clients, index),
                     reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
-                    settings["response_bytes"], relay, description if isinstance(description, str) else "")
+                    settings["response_bytes"], relay, description if isinstance(description, str) else "",
+                    policy, label)
+
+
+def _ack_policy(reader: _Reader, table: dict, top: dict, index: int) -> str | None:
+    from quicack.core import ackschedule
+
+    value = table.get("ack_policy", top.get("ack_policy"))
+    if value is None:
+        return None
+    try:
+        ackschedule.make(value) if isinstance(value, str) else ackschedule.make("?")
+    except QuicackError as e:
+        raise reader.fail(e.message, "ack_policy", index if "ack_policy" in table else None) from None
+    return value
 
 
 def _check_relay(reader: _Reader, experiment: Experiment, index: int, scenario: Scenario) -> None:
@@ -374,7 +407,7 @@ def load(path: str | Path) -> Experiment:
     top = {"cert_delay_ms": reader.number(doc, "cert_delay_ms", 0.0, 0),
            "cert_chain_length": reader.number(doc, "cert_chain_length", 1, 1, integer=True),
            "response_bytes": reader.number(doc, "response_bytes", 0, 0, integer=True)
-           if "response_bytes" in doc else None}
+           if "response_bytes" in doc else None, "ack_policy": doc.get("ack_policy"), "path": doc.get("path")}
     tables = doc.get("scenario", [{"name": "default"}])
     if not isinstance(tables, list) or not tables:
         raise reader.fail("[[scenario]]: expected one or more tables", "scenario")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicack.core import gctuning
-from quicack.lab import endpoints, stackclients, stackservers, testbedrows
+from quicack.lab import ackpolicyruns, endpoints, stackclients, stackservers, testbedrows
 from quicack.lab import experiment as experiments
 from quicack.lab.experiment import Cell, Experiment
 from quicack.model import QuicackError
@@ -88,6 +88,8 @@ class Made:
     scid: str | None = None
     #: the TTFB the client itself saw, when it says (for the progress line)
     ttfb_ms: float | None = None
+    #: quicack's client: from its first Initial to the response's last byte (ack_policy_runs)
+    download_ms: float | None = None
 
     @classmethod
     def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
@@ -95,7 +97,8 @@ class Made:
         return cls(cell, repetition, r.outcome,
                    r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
                    r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
-                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms)
+                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms,
+                   download_ms=r.response_ms if r.outcome == "ok" else None)
 
     @classmethod
     def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
@@ -258,7 +261,8 @@ class _Invocation:
         address, port = relay.address
         if cell.client == "quicack":
             one = Made.from_probe(cell, repetition, self.loop.run_until_complete(endpoints.attempt(
-                address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition)))
+                address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition,
+                ack_policy=cell.ack_policy)))
         else:
             folder = self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
                                                       f"{cell.server}_{repetition}")
@@ -301,6 +305,12 @@ class _Invocation:
                 client_pto_source=stackclients.pto_source(cell.client),
                 server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
+        ackpolicyruns.insert(self.store.con, [
+            dict(row, ack_policy=one.cell.ack_policy, path=one.cell.scenario.path,
+                 return_kbps=one.cell.scenario.relay.get("rate_to_server_kbps"),
+                 forward_loss_pct=one.cell.scenario.relay.get("loss_to_client", 0.0), download_ms=one.download_ms,
+                 ttfb_ms=one.ttfb_ms)
+            for row, one in zip(rows, done) if one.cell.scenario.ack_policy is not None and one.cell.client == "quicack"])
         self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "
                       f"{done[0].cell.one_way_delay_ms:g} ms")
 

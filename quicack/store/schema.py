@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 ANALYSIS_VERSION = 7
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
-#: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments).
-SCHEMA_VERSION = 5
+#: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
+#: 6 ``ack_policy_runs`` (ACK-policy experiments).
+SCHEMA_VERSION = 6
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
@@ -92,8 +93,9 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
-#: 4 → 5: table testbed_runs.
+#: 4 → 5: table testbed_runs.  5 → 6: table ack_policy_runs.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,
-                                                                    4: add_missing_columns}
+                                                                    4: add_missing_columns,
+                                                                    5: add_missing_columns}
