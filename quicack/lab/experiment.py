@@ -25,11 +25,15 @@ stack sends its one certificate when it is ready), and the response size.  The f
     drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server or per client
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
-    # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path
+    # queue_packets_to_client, queue_packets_to_server (one direction's own bound),
+    # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path,
+    # request_ack_frequency
 
 ``ack_policy`` (also a top-level default) is how quicack's client acknowledges the response
 (:func:`quicack.core.ackschedule.make`: ``aioquic``, ``ratio:N``, ``custura``,
-``ack-frequency``); a scenario that names one also gets an ``ack_policy_runs`` row per attempt
+``ack-frequency``), ``request_ack_frequency = [N, MAX_DELAY_MS]`` has quicack's servers ask a
+client that advertises ``min_ack_delay`` for one ACK per N packets; a scenario that names an
+``ack_policy`` also gets an ``ack_policy_runs`` row per attempt
 of quicack's client (:mod:`quicack.lab.ackpolicyruns`), whose ``path`` column is the scenario's
 ``path`` label (``geo``, ``terrestrial``, …; default: the scenario's name).
 
@@ -76,10 +80,11 @@ TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way
             "path", "scenario")
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
-              "rate_to_server_kbps", "queue_bytes", "queue_packets")
+              "rate_to_server_kbps", "queue_bytes", "queue_packets", "queue_packets_to_client",
+              "queue_packets_to_server")
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
-                 "drop_to_server", "ack_policy", "path") + SERVER_KEYS + RELAY_KEYS
+                 "drop_to_server", "ack_policy", "path", "request_ack_frequency") + SERVER_KEYS + RELAY_KEYS
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
@@ -130,6 +135,9 @@ class Scenario:
     #: path's label in ack_policy_runs
     ack_policy: str | None = None
     path: str = ""
+    #: quicack's servers ask a client that advertises min_ack_delay for one ACK per N packets or
+    #: MAX_DELAY ms ([N, MAX_DELAY]; :mod:`quicack.lab.ackrequest`)
+    request_ack_frequency: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,11 +178,12 @@ class Cell:
         return 0.0 if self.peer else self.scenario.cert_delay_ms
 
     @property
-    def listener(self) -> tuple[str, float, int] | None:
-        """What quicack's server must be: (serve mode, certificate delay, chain length); None
-        for a peer."""
+    def listener(self) -> tuple[str, float, int, tuple[int, float] | None] | None:
+        """What quicack's server must be: (serve mode, certificate delay, chain length, ACK
+        frequency it asks for); None for a peer."""
         s = self.scenario
-        return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length)
+        return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length,
+                                       s.request_ack_frequency)
 
     def relay_options(self, listen: str, upstream: str, seed: int) -> dict:
         """Keyword arguments of :meth:`quicack.lab.relay.RelayConfig.from_options`."""
@@ -341,9 +350,8 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
     relay = {}
     for key in RELAY_KEYS:
         if key in table:
-            low = 1 if key in ("burst", "queue_bytes", "queue_packets") else 0
-            relay[key] = reader.number(table, key, None, low, index,
-                                       integer=key in ("burst", "queue_bytes", "queue_packets"),
+            counted = key == "burst" or key.startswith("queue_")
+            relay[key] = reader.number(table, key, None, 1 if counted else 0, index, integer=counted,
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
     policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)
@@ -354,7 +362,18 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                     reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
                     settings["response_bytes"], relay, description if isinstance(description, str) else "",
-                    policy, label)
+                    policy, label, _request(reader, table, index))
+
+
+def _request(reader: _Reader, table: dict, index: int) -> tuple[int, float] | None:
+    from quicack.lab import ackrequest
+
+    value = table.get("request_ack_frequency")
+    try:
+        ackrequest.check(value)
+    except QuicackError as e:
+        raise reader.fail(e.message, "request_ack_frequency", index) from None
+    return None if value is None else (value[0], float(value[1]))
 
 
 def _ack_policy(reader: _Reader, table: dict, top: dict, index: int) -> str | None:

@@ -195,8 +195,8 @@ class _Invocation:
             for cell in group.cells:
                 if cell.listener is not None and cell.listener not in self.ports:
                     self.ports[cell.listener] = endpoints.free_port(host)
-        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain)
-                for (mode, cert_delay, chain), port in self.ports.items()]
+        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain, request_ack_frequency=request)
+                for (mode, cert_delay, chain, request), port in self.ports.items()]
 
     def prepare_stacks(self, groups: list[Group]) -> None:
         """Install or build the real clients and servers the plan needs, before anything is measured."""

@@ -467,6 +467,21 @@ def test_queue_full_on_loopback_is_exact(echo):
     assert up == [None] * 11 + [QUEUE_FULL] * 19 and len(got) == 11
 
 
+def test_a_direction_may_have_its_own_queue_bound(echo):
+    """The seeds' GEO testbed: one BDP of forward buffer, 50 packets on the return link.  A burst
+    of 30 towards the server with room for 5 there (10 elsewhere): the first leaves, 5 wait."""
+    config = RelayConfig.from_options(listen="127.0.0.1:0", upstream=echo.address, rate_to_server_kbps=500,
+                                      rate_to_client_kbps=500, queue_packets=10, queue_packets_to_server=5)
+    assert (config.to_server.queue_packets, config.to_client.queue_packets) == (5, 10)
+    payloads = [b"\x40" + b"\x00" * 1249] * 30
+    with Relay(config) as relay, client_socket() as sock:
+        got = send_and_collect(sock, relay.address, payloads, 0.0, 0.3)
+    up = [r["dropped_reason"] for r in relay.records.rows() if r["direction"] == TO_SERVER]
+    assert up == [None] * 6 + [QUEUE_FULL] * 24 and len(got) == 6
+    with pytest.raises(QuicackError, match="bound what waits for a rate limit"):
+        RelayConfig.from_options(listen="127.0.0.1:0", upstream="127.0.0.1:1", queue_packets_to_client=50)
+
+
 def test_stopping_records_what_is_still_in_flight(echo):
     """Datagrams scheduled when the relay is stopped leave during the drain; with no drain time
     they are recorded as stopped — none is lost either way."""

@@ -200,10 +200,12 @@ def test_an_experiment_is_a_matrix(tmp_path):
 
 def test_an_ack_policy_and_a_path_label_per_scenario_or_for_all(tmp_path):
     text = GOOD.replace("repetitions = 2", 'repetitions = 2\nack_policy = "ratio:2"\npath = "geo"').replace(
-        'loss_to_server = 5', 'loss_to_server = 5\nack_policy = "custura"\npath = "lossy-geo"')
+        'loss_to_server = 5', 'loss_to_server = 5\nack_policy = "ack-frequency"\npath = "lossy-geo"\n'
+                              'request_ack_frequency = [10, 25]')
     exp = experiment.load(write(tmp_path, text))
-    assert {(c.scenario.name, c.ack_policy, c.scenario.path) for c in exp.cells()} == {
-        ("plain", "ratio:2", "geo"), ("lossy", "custura", "lossy-geo")}
+    assert {(c.scenario.name, c.ack_policy, c.scenario.path, c.listener) for c in exp.cells()} == {
+        ("plain", "ratio:2", "geo", ("wfc", 0.0, 1, None)), ("plain", "ratio:2", "geo", ("iack", 0.0, 1, None)),
+        ("lossy", "ack-frequency", "lossy-geo", ("iack", 0.0, 1, (10, 25.0)))}
 
 
 @pytest.mark.parametrize("change, line, message", [
@@ -227,6 +229,8 @@ def test_an_ack_policy_and_a_path_label_per_scenario_or_for_all(tmp_path):
      "ACK policy 'ratio:0': expected one of aioquic, ratio:N (N from 1 to 1000), custura, ack-frequency"),
     (("repetitions = 2", 'repetitions = 2\nack_policy = "tcp"'), 2, "ACK policy 'tcp'"),
     (('loss_to_server = 5', 'loss_to_server = 5\npath = ""'), 14, "path '': expected a label"),
+    (('loss_to_server = 5', 'loss_to_server = 5\nrequest_ack_frequency = [0, 25]'), 14,
+     "request_ack_frequency [0, 25]: expected [N, MAX_DELAY_MS] with N ≥ 1 and 1 ≤ MAX_DELAY_MS < 16384"),
 ])
 def test_a_bad_experiment_is_refused_with_file_line_and_key(tmp_path, change, line, message):
     path = write(tmp_path, GOOD.replace(*change))
