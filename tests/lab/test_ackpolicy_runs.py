@@ -10,7 +10,10 @@ qlog, to the byte."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -21,6 +24,7 @@ from quicack import Store
 from quicack.lab import ackpolicyruns, endpoints, runner, serve
 from quicack.lab.relay import RelayConfig, RelayProcess
 from quicack.pcap import dumpcap
+from quicack.report.document import write_report
 from quicack.scan import batches
 
 #: QUIC frame types (RFC 9000 §19): PADDING 0x00, ACK 0x02 and 0x03
@@ -83,34 +87,48 @@ def test_return_bytes_match_a_tshark_count_of_the_capture(tmp_path, tshark):
     assert got["forward_bytes"] > 150_000
 
 
-def test_a_tiny_ack_policy_experiment(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text("""
+TINY = """
 repetitions = 1
 servers = ["serve-wfc"]
 one_way_delay_ms = [2]
 response_bytes = 150000
 path = "tiny"
-rate_to_client_kbps = 8500
 
 [[scenario]]
 name = "ratio-2"
 ack_policy = "ratio:2"
 rate_to_client_kbps = 8500
 rate_to_server_kbps = 1500
+queue_packets_to_server = 50
 
 [[scenario]]
 name = "ratio-10"
 ack_policy = "ratio:10"
 rate_to_client_kbps = 8500
 rate_to_server_kbps = 1500
+queue_packets_to_server = 50
 
 [[scenario]]
 name = "no-policy"
-""".replace('rate_to_client_kbps = 8500\n\n[[', '\n[['))
-    db = tmp_path / "tiny.duckdb"
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny ACK-policy experiment run whole and its report: (store path, report HTML)."""
+    folder = tmp_path_factory.mktemp("ack-policy")
+    path = folder / "tiny.toml"
+    path.write_text(TINY)
+    db = folder / "tiny.duckdb"
     summary = runner.run(path, db)
     assert summary.complete and summary.outcomes["ok"] == 3
+    with Store(db) as store:
+        write_report(store, folder / "tiny.html", now=datetime(2026, 11, 26, tzinfo=timezone.utc))
+    return db, (folder / "tiny.html").read_text()
+
+
+def test_a_tiny_ack_policy_experiment(tiny):
+    db, _ = tiny
     con = duckdb.connect(str(db), read_only=True)
     rows = {r[0]: r[1:] for r in con.execute("""
         SELECT scenario, ack_policy, path, return_kbps, forward_loss_pct, return_packets, return_ack_only_bytes,
@@ -129,3 +147,25 @@ name = "no-policy"
                one_way_delay_ms, repetition)
         WHERE a.relay_run_id = t.relay_run_id AND a.relay_flow = t.relay_flow""").fetchone() == (2,)
     con.close()
+
+
+def test_the_report_shows_table_iii_and_the_figures(tiny):
+    db, html = tiny
+    start = html.index('id="ack-experiments"')
+    table = re.search(r"<table>(.*?)</table>", html[start:], re.S).group(1)
+    cells = [re.findall(r"<td>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]]
+    con = duckdb.connect(str(db), read_only=True)
+    stored = dict(con.execute("SELECT ack_policy, return_bytes FROM ack_policy_runs").fetchall())
+    con.close()
+    shown = {row[4]: float(row[8].replace(",", "")) for row in cells}
+    assert shown == {policy: float(value) for policy, value in stored.items()}  # one attempt each: the median
+    figures = [json.loads(f) for f in re.findall(r'Plotly\.newPlot\("fig\d+".*?\}\)\((.*?)\);</script>',
+                                                 html[start:], flags=re.S)]
+    titles = [f["layout"]["title"]["text"] for f in figures]
+    assert any(t.startswith("Return-path packet size") for t in titles)
+    assert any(t.startswith("Forward rate and return datagrams") for t in titles)
+    assert any(t.startswith("Server congestion window") for t in titles)
+    sizes = next(f for f in figures if f["layout"]["title"]["text"].startswith("Return-path packet size"))
+    # IPv4 sizes: an ACK-only 1-RTT datagram of aioquic is ~33 bytes of UDP payload, 61 on the wire
+    assert {trace["name"].split(" ")[0] for trace in sizes["data"]} == {"ratio:2", "ratio:10"}
+    assert all(50 <= trace["x"][len(trace["x"]) // 2] <= 80 for trace in sizes["data"])
