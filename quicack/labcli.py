@@ -228,6 +228,10 @@ def testbed() -> None:
               help="Bytes that may wait for a rate limit (per direction); more is dropped.")
 @click.option("--queue-packets", type=int, default=None,
               help="Datagrams that may wait for a rate limit (quic-network-simulator's --queue).")
+@click.option("--queue-packets-to-client", type=int, default=None, help="The same towards the client only.")
+@click.option("--queue-packets-to-server", type=int, default=None, help="The same towards the server only.")
+@click.option("--rate-overhead-bytes", type=int, default=0, show_default=True,
+              help="Bytes per datagram a rate limit counts besides its UDP payload (28: IPv4 + UDP headers).")
 @click.option("--loss-to-client", type=float, default=0.0, metavar="PCT", help="Random loss towards the client, %.")
 @click.option("--loss-to-server", type=float, default=0.0, metavar="PCT", help="Random loss towards the server, %.")
 @click.option("--burst", type=int, default=None, metavar="N", help="At most N consecutive random losses.")

@@ -26,6 +26,7 @@ stack sends its one certificate when it is ready), and the response size.  The f
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
     # queue_packets_to_client, queue_packets_to_server (one direction's own bound),
+    # rate_overhead_bytes (bytes per datagram the rate counts besides its UDP payload: 28),
     # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path,
     # request_ack_frequency
 
@@ -81,7 +82,7 @@ TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
               "rate_to_server_kbps", "queue_bytes", "queue_packets", "queue_packets_to_client",
-              "queue_packets_to_server")
+              "queue_packets_to_server", "rate_overhead_bytes")
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
                  "drop_to_server", "ack_policy", "path", "request_ack_frequency") + SERVER_KEYS + RELAY_KEYS
@@ -350,8 +351,9 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
     relay = {}
     for key in RELAY_KEYS:
         if key in table:
-            counted = key == "burst" or key.startswith("queue_")
-            relay[key] = reader.number(table, key, None, 1 if counted else 0, index, integer=counted,
+            counted = key in ("burst", "rate_overhead_bytes") or key.startswith("queue_")
+            low = 1 if counted and key != "rate_overhead_bytes" else 0
+            relay[key] = reader.number(table, key, None, low, index, integer=counted,
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
     policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)

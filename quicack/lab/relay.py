@@ -127,7 +127,7 @@ class RelayConfig:
                      loss_to_server: float = 0.0, burst: int | None = None,
                      drop_to_client: str = "", drop_to_server: str = "", seed: int = 0,
                      spin_ms: float = 0.0, realtime: bool = False, queue_packets_to_client: int | None = None,
-                     queue_packets_to_server: int | None = None) -> RelayConfig:
+                     queue_packets_to_server: int | None = None, rate_overhead_bytes: int = 0) -> RelayConfig:
         """The command line's options: ``delay_ms`` is each direction's one-way delay unless a
         direction's own is given; jitter, queue bounds and burst apply to both directions (a
         direction's own ``queue_packets_to_*`` replaces ``queue_packets`` there)."""
@@ -145,7 +145,7 @@ class RelayConfig:
             sides[direction] = Impairment(
                 delay_ms=delay_ms if delay is None else delay, jitter_ms=jitter_ms, rate_kbps=rate,
                 queue_bytes=queue_bytes, queue_packets=queue_packets if packets is None else packets,
-                loss_percent=loss,
+                loss_percent=loss, overhead_bytes=rate_overhead_bytes,
                 burst=burst, drops=parse_drops(drops or "", option(direction, "drop")))
         return cls(listen, upstream, sides[TO_SERVER], sides[TO_CLIENT], seed, spin_ms, realtime=realtime)
 

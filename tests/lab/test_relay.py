@@ -101,6 +101,16 @@ def test_rate_limit_serializes_datagrams_one_after_another():
     assert d.offer("f", 1000, 50.0).departure_ms == pytest.approx(60.0)  # idle again
 
 
+def test_the_rate_can_count_the_headers_of_each_datagram():
+    """An ACK-only QUIC datagram of 34 bytes on a 100 kbit/s link: 2.72 ms of UDP payload, 4.96 ms
+    as the 62-byte IPv4 packet a real link carries (overhead 28)."""
+    for overhead, gap in ((0, 2.72), (28, 4.96)):
+        d = Direction(Impairment(rate_kbps=100, overhead_bytes=overhead), TO_SERVER)
+        assert [v.departure_ms for v in offer_all(d, [0.0] * 3, size=34)] == pytest.approx([0.0, gap, 2 * gap])
+    with pytest.raises(QuicackError, match="rate-overhead-bytes"):
+        Impairment(overhead_bytes=-1).check(TO_SERVER)
+
+
 def test_queue_bytes_bounds_what_waits():
     """1000-byte datagrams at 8000 kbit/s (1 ms each) arriving together, queue 3000 bytes: the
     first is transmitted at once, three wait, the rest find the queue full; 1.5 ms later two
