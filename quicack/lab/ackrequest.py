@@ -12,7 +12,9 @@ HANDSHAKE_DONE, whose loss aioquic repairs by sending HANDSHAKE_DONE again: the 
 it, under the same sequence number, which a receiver ignores the second time (§4).  A client
 that did not advertise the parameter gets no frame (§3: the parameter "is a unilateral
 indication of support for receiving ACK_FREQUENCY frames"): it is recorded as not supporting the
-extension (``client_min_ack_delay_us`` None).  The qlog logs the frame as sent.
+extension (``client_min_ack_delay_us`` None; the server's qlog logs the client's ``min_ack_delay``
+as a remote ``parameters_set`` when it came, which aioquic would leave out).  The qlog logs the
+frame as sent.
 
 §7: "Until the frame is acknowledged, the endpoint MUST use the greater of the current
 max_ack_delay and the value that is in flight when computing the PTO period."  The server only
@@ -72,6 +74,10 @@ class AckFrequencyRequest:
         except QuicackError as e:
             raise QuicConnectionError(error_code=QuicErrorCode.TRANSPORT_PARAMETER_ERROR,
                                       frame_type=QuicFrameType.CRYPTO, reason_phrase=e.message) from None
+        if self.client_min_ack_delay_us is not None and self._quic_logger is not None:
+            # aioquic logs only the parameters it knows: the store learns the client's support here
+            self._quic_logger.log_event(category="transport", event="parameters_set", data={
+                "owner": "remote", "min_ack_delay": self.client_min_ack_delay_us})
 
     def _write_handshake_done_frame(self, builder) -> None:
         request = getattr(self._spec, "request_ack_frequency", None)

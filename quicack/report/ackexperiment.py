@@ -11,6 +11,8 @@ Aggregation happens in DuckDB; figures are plotly.
   and policy — attempts, median forward and return bytes, the return share (return ÷ forward
   bytes, %, as the seed gives it: "the percentage of the total 10 MB sent on the forward path"),
   median ACK-only return bytes, return packets, download time and forward rate.
+- **What the server saw of each client** (any client, not only quicack's): whether it advertised
+  ``min_ack_delay``, the ACK_FREQUENCY frames the server sent, the ACK ratio in the server's qlog.
 - **Return packet size CDF**: the client's datagrams at the relay, as IPv4 packets (UDP payload +
   28 bytes of IPv4 and UDP header, the sizes seed 001's Figure 4 counts: "smallest QUIC ACK 51 B")
   per policy and return rate, all repetitions pooled.
@@ -77,6 +79,32 @@ FROM d, start GROUP BY ALL ORDER BY t_s
 """
 
 
+#: per attempt of an ACK-policy experiment (any client), from the server's qlog: whether the client
+#: advertised min_ack_delay, the ACK_FREQUENCY frames the server sent, the ACK ratio it saw
+_CLIENTS_SQL = """
+WITH attempts AS (
+    SELECT t.experiment, t.scenario, t.client, t.server_connection_id AS cid FROM testbed_runs t
+    WHERE t.experiment IN (SELECT experiment FROM ack_policy_runs) AND t.server_connection_id IS NOT NULL
+), per AS (
+    SELECT a.experiment, a.scenario, a.client,
+           (SELECT max(min_ack_delay_ms) FROM transport_parameters p
+            WHERE p.connection_id = a.cid AND p.owner = 'remote') AS client_min_ack_delay_ms,
+           (SELECT count(*) FROM frames f JOIN packets k USING (connection_id, event_index)
+            WHERE f.connection_id = a.cid AND k.direction = 'sent' AND f.frame_type = 'ack_frequency') AS requests,
+           (SELECT count(*) FROM packets k WHERE k.connection_id = a.cid AND k.direction = 'sent'
+            AND k.packet_type = '1RTT' AND k.ack_eliciting) AS eliciting,
+           (SELECT count(DISTINCT f.event_index) FROM frames f JOIN packets k USING (connection_id, event_index)
+            WHERE f.connection_id = a.cid AND k.direction = 'received' AND k.packet_type = '1RTT'
+            AND f.frame_type = 'ack') AS acks
+    FROM attempts a
+)
+SELECT experiment, scenario, client, count(*) AS attempts,
+       count(client_min_ack_delay_ms) AS advertised_min_ack_delay, median(requests) AS ack_frequency_frames,
+       median(eliciting / nullif(acks, 0)) AS ack_ratio_seen_by_server
+FROM per GROUP BY ALL ORDER BY experiment, scenario, client
+"""
+
+
 def has_ack_policy_runs(store: Store) -> bool:
     return has_table(store, "ack_policy_runs") and store.sql("SELECT count(*) AS n FROM ack_policy_runs")["n"][0] > 0
 
@@ -95,6 +123,12 @@ def ack_experiment_sections(store: Store, page: Page) -> None:
               "everything the client sent; ACK-only: datagrams of ACK and PADDING frames only, per the client's "
               "qlog), the return share is return ÷ forward bytes, values are medians over the attempts.")
     page.table(store.sql(_TABLE_SQL))
+    page.section("ack-experiments-clients", "What the server saw of each client", 3)
+    page.text("Every attempt of these experiments, any client, from the server's qlog: whether the client "
+              "advertised <code>min_ack_delay</code> (its support of ACK_FREQUENCY), the ACK_FREQUENCY frames "
+              "the server sent (quicack serve asks only a client that advertised it), and the ACK ratio the "
+              "server saw (its ack-eliciting 1-RTT packets per 1-RTT packet with an ACK it received); medians.")
+    page.table(store.sql(_CLIENTS_SQL))
     qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
     sizes = store.sql(_SIZES_SQL, {"qs": qs})
     page.section("ack-experiments-sizes", "Return packet sizes", 3)

@@ -109,6 +109,13 @@ rate_to_server_kbps = 1500
 queue_packets_to_server = 50
 
 [[scenario]]
+name = "asked"
+ack_policy = "ack-frequency"
+request_ack_frequency = [10, 25]
+rate_to_client_kbps = 8500
+rate_to_server_kbps = 1500
+
+[[scenario]]
 name = "no-policy"
 """
 
@@ -121,7 +128,7 @@ def tiny(tmp_path_factory):
     path.write_text(TINY)
     db = folder / "tiny.duckdb"
     summary = runner.run(path, db)
-    assert summary.complete and summary.outcomes["ok"] == 3
+    assert summary.complete and summary.outcomes["ok"] == 4
     with Store(db) as store:
         write_report(store, folder / "tiny.html", now=datetime(2026, 11, 26, tzinfo=timezone.utc))
     return db, (folder / "tiny.html").read_text()
@@ -133,19 +140,20 @@ def test_a_tiny_ack_policy_experiment(tiny):
     rows = {r[0]: r[1:] for r in con.execute("""
         SELECT scenario, ack_policy, path, return_kbps, forward_loss_pct, return_packets, return_ack_only_bytes,
                return_bytes, download_s, forward_mbps FROM ack_policy_runs""").fetchall()}
-    assert set(rows) == {"ratio-2", "ratio-10"}  # a scenario without a policy has no row
-    two, ten = rows["ratio-2"], rows["ratio-10"]
+    assert set(rows) == {"ratio-2", "ratio-10", "asked"}  # a scenario without a policy has no row
+    two, ten, asked = rows["ratio-2"], rows["ratio-10"], rows["asked"]
     assert two[:4] == ("ratio:2", "tiny", 1500.0, 0.0) and ten[0] == "ratio:10"
     # ~110 data packets: ~55 ACKs at 1:2, ~11 at 1:10 (plus the handshake's and the request's)
     assert two[4] > 2.5 * ten[4]
     assert two[5] > 3 * ten[5]
-    for row in (two, ten):
+    assert asked[0] == "ack-frequency" and asked[4] < 0.5 * two[4]  # quicack serve asked for 1:10
+    for row in (two, ten, asked):
         assert 0 < row[5] < row[6] and 0 < row[7] < 10 and 0 < row[8] <= 8.5 * 1.05
     # the keys lead back to the attempt and its datagrams
     assert con.execute("""
         SELECT count(*) FROM ack_policy_runs a JOIN testbed_runs t USING (experiment, scenario, server, client,
                one_way_delay_ms, repetition)
-        WHERE a.relay_run_id = t.relay_run_id AND a.relay_flow = t.relay_flow""").fetchone() == (2,)
+        WHERE a.relay_run_id = t.relay_run_id AND a.relay_flow = t.relay_flow""").fetchone() == (3,)
     con.close()
 
 
@@ -157,8 +165,14 @@ def test_the_report_shows_table_iii_and_the_figures(tiny):
     con = duckdb.connect(str(db), read_only=True)
     stored = dict(con.execute("SELECT ack_policy, return_bytes FROM ack_policy_runs").fetchall())
     con.close()
-    shown = {row[4]: float(row[8].replace(",", "")) for row in cells}
+    shown = {row[4]: float(row[8].replace(",", "")) for row in cells[:3]}
     assert shown == {policy: float(value) for policy, value in stored.items()}  # one attempt each: the median
+    clients = re.search(r'id="ack-experiments-clients".*?<table>(.*?)</table>', html, re.S).group(1)
+    seen = {r[1]: r for r in (re.findall(r"<td>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", clients,
+                                                                                         re.S)[1:])}
+    # scenario → (advertised min_ack_delay, ACK_FREQUENCY frames sent, ratio the server saw)
+    assert (seen["asked"][4], seen["asked"][5]) == ("1", "1.000") and 8 <= float(seen["asked"][6]) <= 11
+    assert (seen["ratio-2"][4], seen["ratio-2"][5]) == ("0", "0.000") and 1.8 <= float(seen["ratio-2"][6]) <= 2.2
     figures = [json.loads(f) for f in re.findall(r'Plotly\.newPlot\("fig\d+".*?\}\)\((.*?)\);</script>',
                                                  html[start:], flags=re.S)]
     titles = [f["layout"]["title"]["text"] for f in figures]
@@ -167,5 +181,5 @@ def test_the_report_shows_table_iii_and_the_figures(tiny):
     assert any(t.startswith("Server congestion window") for t in titles)
     sizes = next(f for f in figures if f["layout"]["title"]["text"].startswith("Return-path packet size"))
     # IPv4 sizes: an ACK-only 1-RTT datagram of aioquic is ~33 bytes of UDP payload, 61 on the wire
-    assert {trace["name"].split(" ")[0] for trace in sizes["data"]} == {"ratio:2", "ratio:10"}
+    assert {trace["name"].split(" ")[0] for trace in sizes["data"]} == {"ratio:2", "ratio:10", "ack-frequency"}
     assert all(50 <= trace["x"][len(trace["x"]) // 2] <= 80 for trace in sizes["data"])

@@ -122,6 +122,8 @@ def test_the_server_asks_an_ack_frequency_client_for_1_to_10():
     client, server = pair("ack-frequency", request=(10, 25))
     transfer(client, server)
     assert server.client_min_ack_delay_us == ackschedule.MIN_ACK_DELAY_US
+    assert {"owner": "remote", "min_ack_delay": 1000} in [
+        e["data"] for e in server._quic_logger._events if e["name"] == "transport:parameters_set"]
     assert server.ack_frequency_sent >= 1
     schedule = client.ack_schedule
     assert schedule.applied[0] == ackfrequency.AckFrequency(0, 9, 25_000, 1)
