@@ -10,7 +10,10 @@ Aggregation happens in DuckDB; figures are plotly.
   transfer and their share of the forward bytes): per experiment, path, return rate, forward loss
   and policy — attempts, median forward and return bytes, the return share (return ÷ forward
   bytes, %, as the seed gives it: "the percentage of the total 10 MB sent on the forward path"),
-  median ACK-only return bytes, return packets, download time and forward rate.
+  median ACK-only return bytes, return packets, download time and forward rate (the response's,
+  from its first to its last byte), and the forward rate of the second half of the forward bytes
+  at the relay (Mbit/s of UDP payload from the departure of the datagram that passes half of them
+  to the last: past slow start, the rate the return path let the sender keep).
 - **What the server saw of each client** (any client, not only quicack's): whether it advertised
   ``min_ack_delay``, the ACK_FREQUENCY frames the server sent, the ACK ratio in the server's qlog.
 - **Return packet size CDF**: the client's datagrams at the relay, as IPv4 packets (UDP payload +
@@ -37,13 +40,29 @@ BIN_S = 1.0
 CDF_POINTS = 101
 
 _TABLE_SQL = """
+WITH out AS (
+    SELECT a.experiment, a.scenario, a.server, a.client, a.one_way_delay_ms, a.repetition, d.size_bytes,
+           d.time_out_epoch_ms AS t,
+           sum(d.size_bytes) OVER (PARTITION BY d.relay_run_id, d.flow ORDER BY d.time_out_epoch_ms, d.arrival_index)
+               AS cumulative,
+           sum(d.size_bytes) OVER (PARTITION BY d.relay_run_id, d.flow) AS total
+    FROM ack_policy_runs a JOIN relay_datagrams d ON d.relay_run_id = a.relay_run_id AND d.flow = a.relay_flow
+    WHERE d.direction = 'to_client' AND d.time_out_epoch_ms IS NOT NULL
+), half AS (
+    SELECT experiment, scenario, server, client, one_way_delay_ms, repetition,
+           (sum(size_bytes) FILTER (WHERE cumulative > total / 2)) * 8 / 1000.0
+               / (max(t) - min(t) FILTER (WHERE cumulative > total / 2)) AS second_half_mbps
+    FROM out GROUP BY ALL
+)
 SELECT experiment, path, return_kbps, forward_loss_pct, ack_policy, count(*) AS attempts,
        count(download_s) AS completed,
        median(forward_bytes) AS forward_bytes, median(return_bytes) AS return_bytes,
        median(100.0 * return_bytes / forward_bytes) AS return_share_pct,
        median(return_ack_only_bytes) AS ack_only_bytes, median(return_packets) AS return_packets,
-       median(download_s) AS download_s, median(forward_mbps) AS forward_mbps
-FROM ack_policy_runs GROUP BY ALL
+       median(download_s) AS download_s, median(forward_mbps) AS forward_mbps,
+       median(second_half_mbps) AS forward_mbps_second_half
+FROM ack_policy_runs LEFT JOIN half USING (experiment, scenario, server, client, one_way_delay_ms, repetition)
+GROUP BY ALL
 ORDER BY experiment, path, return_kbps DESC NULLS FIRST, forward_loss_pct, ack_policy
 """
 
