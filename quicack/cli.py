@@ -321,6 +321,11 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--alpn", type=click.Choice(ALPNS), default="h3", show_default=True,
               help="h3: an HTTP/3 GET; hq-interop: the QUIC interop runner's 'GET /path' line on a "
                    "stream (servers without HTTP/3).")
+@click.option("--ack-policy", default="aioquic", show_default=True, metavar="POLICY",
+              help="How the client acknowledges the response: aioquic (its own: 1 ms after the first "
+                   "packet), ratio:N (every N packets or 25 ms), custura (1:10 after 1:2 for 100 "
+                   "packets, at least every min(25 ms, min_rtt/4)), ack-frequency (advertises "
+                   "min_ack_delay and obeys ACK_FREQUENCY / IMMEDIATE_ACK).")
 @click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
               help="Address of a name (repeatable); wins over --hosts and the resolver.")
 @click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),

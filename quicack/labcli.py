@@ -47,8 +47,11 @@ from quicack.terminal import DB_OPTION, console, fail
               help="aioquic's congestion controller; careful-resume (draft-ietf-tsvwg-careful-resume-24) "
                    "saves each client address's capacity and RTT when a connection ends and resumes "
                    "from them in the next.")
+@click.option("--request-ack-frequency", metavar="N,MAX_DELAY_MS", default=None,
+              help="Ask a client that advertises min_ack_delay for one ACK per N ack-eliciting packets "
+                   "or MAX_DELAY_MS (an ACK_FREQUENCY frame, draft-ietf-quic-ack-frequency-12).")
 def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header,
-          cert_chain_length, response_bytes, congestion):
+          cert_chain_length, response_bytes, congestion, request_ack_frequency):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -57,14 +60,17 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
     """
     import asyncio
 
+    from quicack.lab import ackrequest
     from quicack.lab import serve as serve_mod
     try:
+        request = ackrequest.parse(request_ack_frequency) if request_ack_frequency else None
         specs = serve_mod.load_config(config_path) if config_path else []
         for listen in listens or ([] if config_path else ["127.0.0.1:4433"]):
             host, port = serve_mod.parse_listen(listen)
             spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
                                           server_header=server_header, cert_chain_length=cert_chain_length,
-                                          response_bytes=response_bytes, congestion=congestion)
+                                          response_bytes=response_bytes, congestion=congestion,
+                                          request_ack_frequency=request)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:
@@ -228,6 +234,10 @@ def testbed() -> None:
               help="Bytes that may wait for a rate limit (per direction); more is dropped.")
 @click.option("--queue-packets", type=int, default=None,
               help="Datagrams that may wait for a rate limit (quic-network-simulator's --queue).")
+@click.option("--queue-packets-to-client", type=int, default=None, help="The same towards the client only.")
+@click.option("--queue-packets-to-server", type=int, default=None, help="The same towards the server only.")
+@click.option("--rate-overhead-bytes", type=int, default=0, show_default=True,
+              help="Bytes per datagram a rate limit counts besides its UDP payload (28: IPv4 + UDP headers).")
 @click.option("--loss-to-client", type=float, default=0.0, metavar="PCT", help="Random loss towards the client, %.")
 @click.option("--loss-to-server", type=float, default=0.0, metavar="PCT", help="Random loss towards the server, %.")
 @click.option("--burst", type=int, default=None, metavar="N", help="At most N consecutive random losses.")

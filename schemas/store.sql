@@ -396,3 +396,28 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     receive_window_bytes         BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );
+
+-- ACK-policy experiments (issue 28; schema version 6): one row per attempt of quicack's client in a
+-- testbed scenario that names an ack_policy (quicack/lab/ackpolicyruns.py).
+
+CREATE TABLE IF NOT EXISTS ack_policy_runs (
+    experiment            VARCHAR NOT NULL,
+    scenario              VARCHAR NOT NULL,
+    server                VARCHAR NOT NULL,
+    client                VARCHAR NOT NULL,
+    one_way_delay_ms      DOUBLE NOT NULL,
+    repetition            INTEGER NOT NULL,
+    ack_policy            VARCHAR NOT NULL,
+    path                  VARCHAR NOT NULL,
+    return_kbps           DOUBLE,
+    forward_loss_pct      DOUBLE NOT NULL,
+    forward_bytes         BIGINT,
+    return_bytes          BIGINT,
+    return_ack_only_bytes BIGINT,
+    return_packets        BIGINT,
+    download_s            DOUBLE,
+    forward_mbps          DOUBLE,
+    relay_run_id          BIGINT,
+    relay_flow            VARCHAR,
+    PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
+);

@@ -23,7 +23,10 @@ is to leave or why it is dropped.  The stages, in order:
    the pattern of draws, and so of losses, depends only on the seed and the datagram count.
 3. **Delay and rate** — a serializer: a datagram reaches the bottleneck ``delay_ms`` after it
    arrived and leaves when the bottleneck is free, ``departure = max(arrival + delay, previous
-   departure + previous transmission time)``, the transmission time being ``size × 8 / rate``.
+   departure + previous transmission time)``, the transmission time being ``(size + overhead) ×
+   8 / rate`` — ``overhead_bytes`` (default 0) being what the link carries per datagram besides
+   its UDP payload: 28 for the IPv4 and UDP headers, which make an ACK-only QUIC datagram of ~34
+   bytes a 62-byte packet on a real link (what a narrow return link's load is made of).
    A datagram leaves at the *start* of its transmission: on an idle link the added delay is
    exactly ``delay_ms`` whatever the size (a real link would add the datagram's own
    transmission time), and datagrams leave one after another at the rate, never in a burst.
@@ -103,6 +106,8 @@ class Impairment:
     burst: int | None = None
     #: datagram indexes (from 1, per flow) dropped on arrival
     drops: frozenset[int] = field(default_factory=frozenset)
+    #: bytes per datagram the rate limit counts besides the UDP payload (IPv4 + UDP: 28)
+    overhead_bytes: int = 0
 
     def check(self, direction: str) -> None:
         """Refuse settings that cannot be carried out, naming the option."""
@@ -118,6 +123,8 @@ class Impairment:
         for name, bound in (("--queue-bytes", self.queue_bytes), ("--queue-packets", self.queue_packets)):
             if bound is not None and bound < 1:
                 raise QuicackError(f"{name} {bound}: a queue bound must be at least 1")
+        if self.overhead_bytes < 0:
+            raise QuicackError(f"--rate-overhead-bytes {self.overhead_bytes}: cannot be negative")
         if not 0 <= self.loss_percent <= 100:
             raise QuicackError(f"{option(direction, 'loss')} {self.loss_percent:g}: a loss percentage "
                                "is from 0 to 100")
@@ -128,7 +135,8 @@ class Impairment:
         """The settings as JSON values (drop list sorted)."""
         return {"delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms, "rate_kbps": self.rate_kbps,
                 "queue_bytes": self.queue_bytes, "queue_packets": self.queue_packets,
-                "loss_percent": self.loss_percent, "burst": self.burst, "drops": sorted(self.drops)}
+                "loss_percent": self.loss_percent, "burst": self.burst, "drops": sorted(self.drops),
+                "overhead_bytes": self.overhead_bytes}
 
 
 class Verdict(NamedTuple):
@@ -212,7 +220,7 @@ class Direction:
             waiting.append((start, size))
             self._waiting_bytes += size
         # bits / (kbit/s) = ms
-        self._free_ms = start + size * 8.0 / imp.rate_kbps
+        self._free_ms = start + (size + imp.overhead_bytes) * 8.0 / imp.rate_kbps
         return start
 
 

@@ -32,11 +32,16 @@ from pathlib import Path
 from quicack.lab.ptolog import LoggedPto
 from quicack.model import QuicackError
 from quicack.scan import probe
+from quicack.scan.acking import ScheduledAcks
 from quicack.scan.connection import ScanConnection
 
 
 class TestbedConnection(LoggedPto, ScanConnection):
     """The probe's connection, logging its PTO expiries."""
+
+
+class ScheduledTestbedConnection(LoggedPto, ScheduledAcks, ScanConnection):
+    """The same, its 1-RTT ACKs by a schedule (:mod:`quicack.scan.acking`)."""
 
 
 class TestbedProbe(probe.Probe):
@@ -49,7 +54,8 @@ class TestbedProbe(probe.Probe):
         super().start()
         if self.quic is not None and not self.done.done():
             # same attributes, one more method; swapped before the loop runs any timer of it
-            self.quic.__class__ = TestbedConnection
+            scheduled = isinstance(self.quic, ScheduledAcks)
+            self.quic.__class__ = ScheduledTestbedConnection if scheduled else TestbedConnection
             host, port = self.sock.getsockname()[:2]
             self.flow = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -71,13 +77,13 @@ class Attempt:
 
 
 async def attempt(address: str, port: int, path: str, timeout_s: float, index: int = 0,
-                  repetition: int = 0, receive_window: int | None = None) -> Attempt:
-    """One handshake and GET ``path`` to ``address:port`` (the relay); never raises for network
-    trouble (the outcome says what happened)."""
+                  repetition: int = 0, receive_window: int | None = None, ack_policy: str = "aioquic") -> Attempt:
+    """One handshake and GET ``path`` to ``address:port`` (the relay), the client acknowledging
+    by ``ack_policy``; never raises for network trouble (the outcome says what happened)."""
     cid, odcid = os.urandom(8), os.urandom(8)
     spec = probe.ProbeSpec(index, repetition, "localhost", address, port, cid, odcid, path=path,
                            first_response_timeout_s=timeout_s, handshake_timeout_s=timeout_s,
-                           response_timeout_s=timeout_s, receive_window=receive_window)
+                           response_timeout_s=timeout_s, receive_window=receive_window, ack_policy=ack_policy)
     one = TestbedProbe(spec, asyncio.get_running_loop())
     try:
         one.start()

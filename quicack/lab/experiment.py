@@ -25,8 +25,18 @@ stack sends its one certificate when it is ready), and the response size.  The f
     drop_to_server = "2,3,4"        # or [2, 3, 4], or a table: one list per server or per client
     # also: servers, one_way_delay_ms, drop_to_client, loss_to_client, loss_to_server, burst,
     # jitter_ms, rate_to_client_kbps, rate_to_server_kbps, queue_bytes, queue_packets,
-    # cert_delay_ms, cert_chain_length, response_bytes, description,
-    # prime_bytes, prime_rate_to_client_kbps, receive_window_bytes (below)
+    # queue_packets_to_client, queue_packets_to_server (one direction's own bound),
+    # rate_overhead_bytes (bytes per datagram the rate counts besides its UDP payload: 28),
+    # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path,
+    # request_ack_frequency, prime_bytes, prime_rate_to_client_kbps, receive_window_bytes (below)
+
+``ack_policy`` (also a top-level default) is how quicack's client acknowledges the response
+(:func:`quicack.core.ackschedule.make`: ``aioquic``, ``ratio:N``, ``custura``,
+``ack-frequency``), ``request_ack_frequency = [N, MAX_DELAY_MS]`` has quicack's servers ask a
+client that advertises ``min_ack_delay`` for one ACK per N packets; a scenario that names an
+``ack_policy`` also gets an ``ack_policy_runs`` row per attempt
+of quicack's client (:mod:`quicack.lab.ackpolicyruns`), whose ``path`` column is the scenario's
+``path`` label (``geo``, ``terrestrial``, …; default: the scenario's name).
 
 Careful Resume (issue 30): the server ``serve-careful-resume`` is ``serve-wfc`` with the
 congestion controller ``careful-resume`` (:mod:`quicack.lab.carefulcc`); the other servers use
@@ -82,15 +92,18 @@ def server_names() -> tuple[str, ...]:
     return tuple(SERVE_SERVERS) + stackservers.names()
 
 TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way_delay_ms", "address",
-            "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "scenario")
+            "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "ack_policy",
+            "path", "scenario")
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
-              "rate_to_server_kbps", "queue_bytes", "queue_packets")
+              "rate_to_server_kbps", "queue_bytes", "queue_packets", "queue_packets_to_client",
+              "queue_packets_to_server", "rate_overhead_bytes")
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 #: the earlier connection and the client's flow-control limits (module docstring)
 PRIME_KEYS = ("prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
-                 "drop_to_server") + SERVER_KEYS + RELAY_KEYS + PRIME_KEYS
+                 "drop_to_server", "ack_policy", "path", "request_ack_frequency") + SERVER_KEYS + RELAY_KEYS
+SCENARIO_KEYS += PRIME_KEYS
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
@@ -137,6 +150,13 @@ class Scenario:
     response_bytes: int | None
     relay: dict = field(default_factory=dict)
     description: str = ""
+    #: quicack's client's ACK policy (None: aioquic's own, and no ack_policy_runs rows) and the
+    #: path's label in ack_policy_runs
+    ack_policy: str | None = None
+    path: str = ""
+    #: quicack's servers ask a client that advertises min_ack_delay for one ACK per N packets or
+    #: MAX_DELAY ms ([N, MAX_DELAY]; :mod:`quicack.lab.ackrequest`)
+    request_ack_frequency: tuple[int, float] | None = None
     #: the earlier connection's response size (None: none), its bottleneck rate (None: the
     #: scenario's), and the client's flow-control limit (None: aioquic's)
     prime_bytes: int | None = None
@@ -162,6 +182,11 @@ class Cell:
         return self.scenario.drop_to_server.get((self.server, self.client), "")
 
     @property
+    def ack_policy(self) -> str:
+        """How quicack's client acknowledges in this cell (aioquic's own unless the scenario says)."""
+        return self.scenario.ack_policy or "aioquic"
+
+    @property
     def peer(self) -> bool:
         """Whether the server is a real stack (a peer), not quicack serve."""
         return self.server not in SERVE_SERVERS
@@ -177,12 +202,12 @@ class Cell:
         return 0.0 if self.peer else self.scenario.cert_delay_ms
 
     @property
-    def listener(self) -> tuple[str, float, int, str] | None:
+    def listener(self) -> tuple[str, float, int, str, tuple[int, float] | None] | None:
         """What quicack's server must be: (serve mode, certificate delay, chain length, congestion
-        controller); None for a peer."""
+        controller, ACK frequency it asks for); None for a peer."""
         s = self.scenario
         return None if self.peer else (SERVE_SERVERS[self.server], s.cert_delay_ms, s.cert_chain_length,
-                                       SERVE_CONGESTION.get(self.server, "reno"))
+                                       SERVE_CONGESTION.get(self.server, "reno"), s.request_ack_frequency)
 
     def relay_options(self, listen: str, upstream: str, seed: int, prime: bool = False) -> dict:
         """Keyword arguments of :meth:`quicack.lab.relay.RelayConfig.from_options` (``prime``: for
@@ -355,9 +380,9 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
     relay = {}
     for key in RELAY_KEYS:
         if key in table:
-            low = 1 if key in ("burst", "queue_bytes", "queue_packets") else 0
-            relay[key] = reader.number(table, key, None, low, index,
-                                       integer=key in ("burst", "queue_bytes", "queue_packets"),
+            counted = key in ("burst", "rate_overhead_bytes") or key.startswith("queue_")
+            low = 1 if counted and key != "rate_overhead_bytes" else 0
+            relay[key] = reader.number(table, key, None, low, index, integer=counted,
                                        above=key.startswith("rate_"))
     description = table.get("description", "")
     prime = {key: reader.number(table, key, None, 1, index, integer=not key.endswith("_kbps"))
@@ -367,12 +392,39 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                           "prime_rate_to_client_kbps", index)
     if (prime["prime_bytes"] or 0) > MAX_RESPONSE_BYTES:
         raise reader.fail(f"prime_bytes: at most {MAX_RESPONSE_BYTES}", "prime_bytes", index)
+    policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)
+    if not isinstance(label, str) or not label:
+        raise reader.fail(f"path {label!r}: expected a label such as \"geo\"", "path", index)
     return Scenario(name, mine, reader.delays(table, list(delays), index),
                     reader.drops(table, "drop_to_client", mine, clients, index),
                     reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
                     settings["response_bytes"], relay, description if isinstance(description, str) else "",
-                    **prime)
+                    policy, label, _request(reader, table, index), **prime)
+
+
+def _request(reader: _Reader, table: dict, index: int) -> tuple[int, float] | None:
+    from quicack.lab import ackrequest
+
+    value = table.get("request_ack_frequency")
+    try:
+        ackrequest.check(value)
+    except QuicackError as e:
+        raise reader.fail(e.message, "request_ack_frequency", index) from None
+    return None if value is None else (value[0], float(value[1]))
+
+
+def _ack_policy(reader: _Reader, table: dict, top: dict, index: int) -> str | None:
+    from quicack.core import ackschedule
+
+    value = table.get("ack_policy", top.get("ack_policy"))
+    if value is None:
+        return None
+    try:
+        ackschedule.make(value) if isinstance(value, str) else ackschedule.make("?")
+    except QuicackError as e:
+        raise reader.fail(e.message, "ack_policy", index if "ack_policy" in table else None) from None
+    return value
 
 
 def _check_relay(reader: _Reader, experiment: Experiment, index: int, scenario: Scenario) -> None:
@@ -413,7 +465,7 @@ def load(path: str | Path) -> Experiment:
     top = {"cert_delay_ms": reader.number(doc, "cert_delay_ms", 0.0, 0),
            "cert_chain_length": reader.number(doc, "cert_chain_length", 1, 1, integer=True),
            "response_bytes": reader.number(doc, "response_bytes", 0, 0, integer=True)
-           if "response_bytes" in doc else None}
+           if "response_bytes" in doc else None, "ack_policy": doc.get("ack_policy"), "path": doc.get("path")}
     tables = doc.get("scenario", [{"name": "default"}])
     if not isinstance(tables, list) or not tables:
         raise reader.fail("[[scenario]]: expected one or more tables", "scenario")

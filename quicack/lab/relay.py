@@ -126,20 +126,26 @@ class RelayConfig:
                      queue_packets: int | None = None, loss_to_client: float = 0.0,
                      loss_to_server: float = 0.0, burst: int | None = None,
                      drop_to_client: str = "", drop_to_server: str = "", seed: int = 0,
-                     spin_ms: float = 0.0, realtime: bool = False) -> RelayConfig:
+                     spin_ms: float = 0.0, realtime: bool = False, queue_packets_to_client: int | None = None,
+                     queue_packets_to_server: int | None = None, rate_overhead_bytes: int = 0) -> RelayConfig:
         """The command line's options: ``delay_ms`` is each direction's one-way delay unless a
-        direction's own is given; jitter, queue bounds and burst apply to both directions."""
-        if (queue_bytes is not None or queue_packets is not None) and \
+        direction's own is given; jitter, queue bounds and burst apply to both directions (a
+        direction's own ``queue_packets_to_*`` replaces ``queue_packets`` there)."""
+        if (queue_bytes is not None or queue_packets is not None or queue_packets_to_client is not None
+                or queue_packets_to_server is not None) and \
                 rate_to_client_kbps is None and rate_to_server_kbps is None:
             raise QuicackError("--queue-bytes/--queue-packets bound what waits for a rate limit: "
                                "give --rate-to-client-kbps or --rate-to-server-kbps")
-        given = {TO_CLIENT: (delay_to_client_ms, rate_to_client_kbps, loss_to_client, drop_to_client),
-                 TO_SERVER: (delay_to_server_ms, rate_to_server_kbps, loss_to_server, drop_to_server)}
+        given = {TO_CLIENT: (delay_to_client_ms, rate_to_client_kbps, loss_to_client, drop_to_client,
+                             queue_packets_to_client),
+                 TO_SERVER: (delay_to_server_ms, rate_to_server_kbps, loss_to_server, drop_to_server,
+                             queue_packets_to_server)}
         sides = {}
-        for direction, (delay, rate, loss, drops) in given.items():
+        for direction, (delay, rate, loss, drops, packets) in given.items():
             sides[direction] = Impairment(
                 delay_ms=delay_ms if delay is None else delay, jitter_ms=jitter_ms, rate_kbps=rate,
-                queue_bytes=queue_bytes, queue_packets=queue_packets, loss_percent=loss,
+                queue_bytes=queue_bytes, queue_packets=queue_packets if packets is None else packets,
+                loss_percent=loss, overhead_bytes=rate_overhead_bytes,
                 burst=burst, drops=parse_drops(drops or "", option(direction, "drop")))
         return cls(listen, upstream, sides[TO_SERVER], sides[TO_CLIENT], seed, spin_ms, realtime=realtime)
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicack.core import gctuning
-from quicack.lab import endpoints, stackclients, stackservers, testbedrows
+from quicack.lab import ackpolicyruns, endpoints, stackclients, stackservers, testbedrows
 from quicack.lab import experiment as experiments
 from quicack.lab.experiment import Cell, Experiment
 from quicack.model import QuicackError
@@ -88,7 +88,8 @@ class Made:
     scid: str | None = None
     #: the TTFB the client itself saw, when it says (for the progress line)
     ttfb_ms: float | None = None
-    #: quicack's client: its own time to last byte
+    #: quicack's client: from its first Initial to the response's last byte, when it had the whole
+    #: response (testbed_runs.ttlb_ms, ack_policy_runs.download_s)
     ttlb_ms: float | None = None
 
     @classmethod
@@ -97,7 +98,8 @@ class Made:
         return cls(cell, repetition, r.outcome,
                    r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
                    r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
-                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms, ttlb_ms=r.response_ms)
+                   trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms,
+                   ttlb_ms=r.response_ms if r.outcome == "ok" else None)
 
     @classmethod
     def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
@@ -199,8 +201,9 @@ class _Invocation:
             for cell in group.cells:
                 if cell.listener is not None and cell.listener not in self.ports:
                     self.ports[cell.listener] = endpoints.free_port(host)
-        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain, congestion=congestion)
-                for (mode, cert_delay, chain, congestion), port in self.ports.items()]
+        return [ListenerSpec(host, port, mode, cert_delay, cert_chain_length=chain, congestion=congestion,
+                             request_ack_frequency=request)
+                for (mode, cert_delay, chain, congestion, request), port in self.ports.items()]
 
     def prepare_stacks(self, groups: list[Group]) -> None:
         """Install or build the real clients and servers the plan needs, before anything is measured."""
@@ -276,7 +279,7 @@ class _Invocation:
                 self._prime(cell, prime_relay or relay)
             one = Made.from_probe(cell, repetition, self.loop.run_until_complete(endpoints.attempt(
                 address, port, _path(cell), self.experiment.timeout_s, summary.attempted, repetition,
-                receive_window=cell.scenario.receive_window_bytes)))
+                receive_window=cell.scenario.receive_window_bytes, ack_policy=cell.ack_policy)))
             if primed and not cell.peer:
                 self._server_done(one.odcid)
         else:
@@ -339,6 +342,12 @@ class _Invocation:
                 ttlb_ms=one.ttlb_ms, client_pto_source=stackclients.pto_source(cell.client),
                 server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
+        ackpolicyruns.insert(self.store.con, [
+            dict(row, ack_policy=one.cell.ack_policy, path=one.cell.scenario.path,
+                 return_kbps=one.cell.scenario.relay.get("rate_to_server_kbps"),
+                 forward_loss_pct=one.cell.scenario.relay.get("loss_to_client", 0.0), download_ms=one.ttlb_ms,
+                 ttfb_ms=one.ttfb_ms)
+            for row, one in zip(rows, done) if one.cell.scenario.ack_policy is not None and one.cell.client == "quicack"])
         self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "
                       f"{done[0].cell.one_way_delay_ms:g} ms")
 

@@ -46,7 +46,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import aioquic
@@ -64,7 +64,7 @@ from aioquic.tls import Epoch
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from quicack.lab import carefulcc, certificate
+from quicack.lab import ackrequest, carefulcc, certificate
 from quicack.lab.ptolog import LoggedPto
 from quicack.lab.servechild import Child  # noqa: F401  (where callers have found it)
 from quicack.core import recovery
@@ -104,6 +104,7 @@ class ListenerSpec:
     response_bytes: int | None = None
     #: aioquic's congestion controller: reno (slow start), cubic or careful-resume (:mod:`carefulcc`)
     congestion: str = "reno"
+    request_ack_frequency: tuple[int, float] | None = None  # (N, ms): :mod:`quicack.lab.ackrequest`
 
     def describe(self) -> str:
         return (f"{self.host}:{self.port} mode {self.mode}, cert delay {self.cert_delay_ms:g} ms, "
@@ -118,7 +119,8 @@ def parse_listen(value: str, default_port: int = 4433) -> tuple[str, int]:
 def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
     ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``,
-    ``server_header``, ``cert_chain_length``, ``response_bytes``, ``congestion``."""
+    ``server_header``, ``cert_chain_length``, ``response_bytes``, ``congestion``,
+    ``request_ack_frequency``."""
     from quicack.scan.campaign import read_toml
 
     doc = read_toml(path)
@@ -129,9 +131,7 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
             raise QuicackError("listener has no 'listen'", str(path), f"listener {i + 1}")
         for listen in [listens] if isinstance(listens, str) else listens:
             host, port = parse_listen(listen)
-            options = {k: table[k] for k in ("mode", "cert_delay_ms", "extra_delay_ms",
-                                             "ack_delay_exponent", "ack_delay_ms", "server_header",
-                                             "cert_chain_length", "response_bytes", "congestion") if k in table}
+            options = {f.name: table[f.name] for f in fields(ListenerSpec)[2:] if f.name in table}
             spec = ListenerSpec(host, port, **options)
             check_spec(spec, f"{path} listener {i + 1}")
             specs.append(spec)
@@ -141,6 +141,7 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
 
 
 def check_spec(spec: ListenerSpec, where: str = "") -> None:
+    ackrequest.check(spec.request_ack_frequency, where or None)
     if spec.mode not in MODES:
         raise QuicackError(f"unknown mode {spec.mode!r}; modes: {', '.join(MODES)}", where or None)
     if spec.congestion not in carefulcc.CHOICES:
@@ -162,7 +163,7 @@ def self_signed(common_name: str = "quicack-serve") -> tuple[x509.Certificate, e
 
 # --- the connection -------------------------------------------------------------------------
 
-class ServerConnection(LoggedPto, QuicConnection):
+class ServerConnection(LoggedPto, ackrequest.AckFrequencyRequest, QuicConnection):
     """aioquic's server connection with a chosen first-flight behaviour (see module docstring)."""
 
     def __init__(self, *, spec: ListenerSpec, **kwargs):

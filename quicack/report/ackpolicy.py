@@ -8,6 +8,10 @@ computes the figures of Custura, Jones and Fairhurst's ACK-ratio studies: the AC
 per second, forward and return bytes with the return share, and ACK ranges per ACK.  Pure: polars
 frames in, figures out.
 
+:func:`requests` lists the sender's ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency-12) with
+the ratio each asked for (Ack-Eliciting Threshold + 1) and the ratio the receiver then kept — until
+the next request or the end — so whether it obeyed shows; IMMEDIATE_ACK frames are counted.
+
 Bytes are QUIC packet bytes as logged; ``*_wire_bytes`` add the IPv4 + UDP headers (28 bytes) once
 per datagram, as the published figures count them (smallest QUIC ACK: 51 bytes on IPv4).
 """
@@ -95,3 +99,34 @@ def over_time(packets: pl.DataFrame, forward_sender: str, bin_ms: float) -> pl.D
 def _median(series: pl.Series) -> float | None:
     series = series.drop_nulls()
     return float(series.median()) if len(series) else None
+
+
+def requests(packets: pl.DataFrame, frames: pl.DataFrame, forward_sender: str) -> pl.DataFrame:
+    """Per ACK_FREQUENCY frame the data sender sent (``frames``: time_ms, sender, frame_type,
+    sequence_number, ack_eliciting_threshold, request_max_ack_delay_ms, reordering_threshold):
+    the ratio asked for, and the ACK ratio measured over ``packets`` from it to the next request
+    (or the end), with the IMMEDIATE_ACK frames of that span.  Frames of a sequence number seen
+    before (a retransmission the receiver ignores, §4) are left out."""
+    mine = frames.filter((pl.col("sender") == forward_sender)
+                         & pl.col("frame_type").is_in(["ack_frequency", "immediate_ack"])).sort("time_ms")
+    asked = mine.filter(pl.col("frame_type") == "ack_frequency").unique("sequence_number", keep="first",
+                                                                         maintain_order=True)
+    rows = []
+    times = asked["time_ms"].to_list() + [float("inf")]
+    for i, row in enumerate(asked.iter_rows(named=True)):
+        start, end = times[i], times[i + 1]
+        span = packets.filter((pl.col("time_ms") >= start) & (pl.col("time_ms") < end))
+        eliciting = span.filter((pl.col("sender") == forward_sender) & pl.col("ack_eliciting").fill_null(True)).height
+        acks = span.filter((pl.col("sender") != forward_sender) & pl.col("has_ack")).height
+        immediate = mine.filter((pl.col("frame_type") == "immediate_ack") & (pl.col("time_ms") >= start)
+                                & (pl.col("time_ms") < end)).height
+        rows.append({"time_ms": start, "sequence_number": row["sequence_number"],
+                     "requested_ratio": row["ack_eliciting_threshold"] + 1
+                     if row["ack_eliciting_threshold"] is not None else None,
+                     "request_max_ack_delay_ms": row["request_max_ack_delay_ms"],
+                     "reordering_threshold": row["reordering_threshold"],
+                     "measured_ratio": eliciting / acks if acks else None, "immediate_acks": immediate})
+    return pl.DataFrame(rows, schema={"time_ms": pl.Float64, "sequence_number": pl.Int64,
+                                      "requested_ratio": pl.Int64, "request_max_ack_delay_ms": pl.Float64,
+                                      "reordering_threshold": pl.Int64, "measured_ratio": pl.Float64,
+                                      "immediate_acks": pl.Int64})

@@ -21,7 +21,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
-from quicack.report import ackpolicy
+from quicack.report import ackexperiment, ackpolicy
 from quicack.report import peers as peerviews
 from quicack.report import resume as resumereport
 from quicack.report import scans as scanreport
@@ -63,6 +63,8 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
         testbedreport.testbed_sections(store, page)
     if resumereport.has_careful_resume(store):  # Careful Resume phases (and testbed speedups)
         resumereport.resume_sections(store, page)
+    if ackexperiment.has_ack_policy_runs(store):  # ACK-policy experiments (ack_policy_runs)
+        ackexperiment.ack_experiment_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)
@@ -151,6 +153,13 @@ def _policy_packets(store: Store, cid: int) -> pl.DataFrame:
         WHERE p.connection_id = $cid ORDER BY p.event_index""", {"cid": cid})
 
 
+def _frequency_frames(store: Store, cid: int) -> pl.DataFrame:
+    return store.sql("""SELECT p.time_ms, p.sender, f.frame_type, f.sequence_number, f.ack_eliciting_threshold,
+               f.request_max_ack_delay_ms, f.reordering_threshold
+        FROM frames f JOIN packets p USING (connection_id, event_index)
+        WHERE f.connection_id = $cid AND f.frame_type IN ('ack_frequency', 'immediate_ack')""", {"cid": cid})
+
+
 def _ack_policy(store: Store, page: Page) -> None:
     transfers = store.sql(f"""SELECT connection_id, vantage, implementation, count(*) AS packets
         FROM packets JOIN connections USING (connection_id)
@@ -182,6 +191,11 @@ def _ack_policy(store: Store, page: Page) -> None:
         return
     cid, packets, policy = largest
     page.section(f"ack-policy-{cid}", f"Connection {cid}: ACK policy over time", 3)
+    asked = ackpolicy.requests(packets, _frequency_frames(store, cid), policy.forward_sender)
+    if asked.height:
+        page.text("ACK_FREQUENCY frames the data sender sent (draft-ietf-quic-ack-frequency-12): the ratio each "
+                  "asked for (Ack-Eliciting Threshold + 1) and the ACK ratio measured until the next one.")
+        page.table(asked)
     bin_ms = max(policy.duration_ms / 200, 1.0)
     series = ackpolicy.over_time(packets, policy.forward_sender, bin_ms)
     fig = go.Figure()

@@ -120,7 +120,7 @@ class Executor:
         return probe.ProbeSpec(
             job.target_index, rep, job.domain, job.address, job.port, cid, odcid,
             path=opts.path, user_agent=opts.user_agent,
-            split_clienthello=opts.split_clienthello, alpn=opts.alpn,
+            split_clienthello=opts.split_clienthello, alpn=opts.alpn, ack_policy=opts.ack_policy,
             first_response_timeout_s=opts.first_response_timeout_s,
             handshake_timeout_s=opts.handshake_timeout_s,
             response_timeout_s=opts.response_timeout_s)

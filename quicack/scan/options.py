@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from quicack.core import ackschedule
 from quicack.model import QuicackError
 
 #: The scanner's HTTP ``user-agent``.
@@ -43,6 +44,9 @@ class ScanOptions:
     split_clienthello: int = 1
     #: 'h3' (HTTP/3 GET) or 'hq-interop' (the interop runner's ``GET /path`` line)
     alpn: str = "h3"
+    #: how the client acknowledges application data: aioquic, ratio:N, custura, ack-frequency
+    #: (:mod:`quicack.core.ackschedule`)
+    ack_policy: str = "aioquic"
     resolve: dict = field(default_factory=dict)
     hosts_file: str | None = None
     family: str = "any"  # '4', '6', 'any'
@@ -71,6 +75,7 @@ class ScanOptions:
     def __post_init__(self) -> None:
         if self.alpn not in ALPNS:
             raise QuicackError(f"alpn must be one of {', '.join(ALPNS)}, not {self.alpn!r}")
+        ackschedule.make(self.ack_policy)  # QuicackError for an unknown policy
 
     def shard_text(self) -> str:
         return f"{self.shard[0]}/{self.shard[1]}" if self.shard else ""

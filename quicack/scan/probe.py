@@ -42,7 +42,8 @@ from aioquic.quic.connection import QuicConnectionState
 from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion
 from aioquic.tls import State
 
-from quicack.scan import rxtime
+from quicack.core import ackschedule
+from quicack.scan import acking, rxtime
 from quicack.scan.connection import INITIAL_RTT_S, ScanConnection, Trace, TraceLogger, tag_connection
 from quicack.scan.options import USER_AGENT
 
@@ -75,6 +76,8 @@ class ProbeSpec:
     #: doubled whenever half is used); the testbed's large transfers raise it so that the sender's
     #: congestion window, not the receiver, limits them
     receive_window: int | None = None
+    #: how the client acknowledges application data (:func:`quicack.core.ackschedule.make`)
+    ack_policy: str = "aioquic"
 
 
 @dataclass
@@ -184,7 +187,9 @@ class Probe:
         self.sock = sock
         self.loop.add_reader(sock.fileno(), self._readable)
         config = _configuration(spec, self.keylog)
-        quic = ScanConnection(configuration=config)
+        quic = acking.connection_class(spec.ack_policy)(configuration=config)
+        if spec.ack_policy != "aioquic":
+            quic.ack_schedule = ackschedule.make(spec.ack_policy)
         quic.split_clienthello = spec.split_clienthello
         # the smallest active_connection_id_limit (RFC 9000 §18.2): the server sends one
         # NEW_CONNECTION_ID instead of seven
@@ -220,6 +225,8 @@ class Probe:
             self._receive(data, now_loop, kernel_s if lag else time.time())
             if self.done.done():
                 return
+            if self.spec.ack_policy != "aioquic" and self.quic.ack_due(now_loop):
+                self._after_io()  # a scheduled ACK goes now, not after the whole batch read
         self._after_io()
 
     def _receive(self, data: bytes, now: float, epoch_s: float) -> None:

@@ -42,8 +42,9 @@ ANALYSIS_VERSION = 8
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
-#: 6 ``careful_resume_phases``.
-SCHEMA_VERSION = 6
+#: 6 ``careful_resume_phases`` and ``testbed_runs.ttlb_ms`` (Careful Resume), 7 ``ack_policy_runs``
+#: (ACK-policy experiments).
+SCHEMA_VERSION = 7
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
@@ -95,9 +96,11 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
-#: 4 → 5: table testbed_runs.  5 → 6: table careful_resume_phases.
+#: 4 → 5: table testbed_runs.  5 → 6: table careful_resume_phases, testbed_runs' Careful Resume
+#: columns.  6 → 7: table ack_policy_runs.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,
                                                                     4: add_missing_columns,
-                                                                    5: add_missing_columns}
+                                                                    5: add_missing_columns,
+                                                                    6: add_missing_columns}

@@ -101,6 +101,16 @@ def test_rate_limit_serializes_datagrams_one_after_another():
     assert d.offer("f", 1000, 50.0).departure_ms == pytest.approx(60.0)  # idle again
 
 
+def test_the_rate_can_count_the_headers_of_each_datagram():
+    """An ACK-only QUIC datagram of 34 bytes on a 100 kbit/s link: 2.72 ms of UDP payload, 4.96 ms
+    as the 62-byte IPv4 packet a real link carries (overhead 28)."""
+    for overhead, gap in ((0, 2.72), (28, 4.96)):
+        d = Direction(Impairment(rate_kbps=100, overhead_bytes=overhead), TO_SERVER)
+        assert [v.departure_ms for v in offer_all(d, [0.0] * 3, size=34)] == pytest.approx([0.0, gap, 2 * gap])
+    with pytest.raises(QuicackError, match="rate-overhead-bytes"):
+        Impairment(overhead_bytes=-1).check(TO_SERVER)
+
+
 def test_queue_bytes_bounds_what_waits():
     """1000-byte datagrams at 8000 kbit/s (1 ms each) arriving together, queue 3000 bytes: the
     first is transmitted at once, three wait, the rest find the queue full; 1.5 ms later two
@@ -468,6 +478,21 @@ def test_queue_full_on_loopback_is_exact(echo):
         got = send_and_collect(sock, relay.address, payloads, 0.0, 0.3)
     up = [r["dropped_reason"] for r in relay.records.rows() if r["direction"] == TO_SERVER]
     assert up == [None] * 11 + [QUEUE_FULL] * 19 and len(got) == 11
+
+
+def test_a_direction_may_have_its_own_queue_bound(echo):
+    """The seeds' GEO testbed: one BDP of forward buffer, 50 packets on the return link.  A burst
+    of 30 towards the server with room for 5 there (10 elsewhere): the first leaves, 5 wait."""
+    config = RelayConfig.from_options(listen="127.0.0.1:0", upstream=echo.address, rate_to_server_kbps=500,
+                                      rate_to_client_kbps=500, queue_packets=10, queue_packets_to_server=5)
+    assert (config.to_server.queue_packets, config.to_client.queue_packets) == (5, 10)
+    payloads = [b"\x40" + b"\x00" * 1249] * 30
+    with Relay(config) as relay, client_socket() as sock:
+        got = send_and_collect(sock, relay.address, payloads, 0.0, 0.3)
+    up = [r["dropped_reason"] for r in relay.records.rows() if r["direction"] == TO_SERVER]
+    assert up == [None] * 6 + [QUEUE_FULL] * 24 and len(got) == 6
+    with pytest.raises(QuicackError, match="bound what waits for a rate limit"):
+        RelayConfig.from_options(listen="127.0.0.1:0", upstream="127.0.0.1:1", queue_packets_to_client=50)
 
 
 def test_stopping_records_what_is_still_in_flight(echo):

@@ -191,9 +191,21 @@ def test_an_experiment_is_a_matrix(tmp_path):
                      ("lossy", 1.0, "serve-iack", "2,3", "2,3"), ("lossy", 5.0, "serve-iack", "2,3", "2,3")]
     lossy = exp.cells()[-1].relay_options("127.0.0.1:0", "127.0.0.1:9", 0)
     assert lossy["loss_to_server"] == 5 and lossy["delay_ms"] == 5.0
+    assert {(c.ack_policy, c.scenario.ack_policy, c.scenario.path) for c in exp.cells()} == {
+        ("aioquic", None, "plain"), ("aioquic", None, "lossy")}  # no policy named: aioquic's, no rows
     groups = runner.plan(exp, 2, {})
     assert [[(c.server, r) for c, r in g.todo] for g in groups][:1] == [
         [("serve-wfc", 0), ("serve-iack", 0), ("serve-wfc", 1), ("serve-iack", 1)]]
+
+
+def test_an_ack_policy_and_a_path_label_per_scenario_or_for_all(tmp_path):
+    text = GOOD.replace("repetitions = 2", 'repetitions = 2\nack_policy = "ratio:2"\npath = "geo"').replace(
+        'loss_to_server = 5', 'loss_to_server = 5\nack_policy = "ack-frequency"\npath = "lossy-geo"\n'
+                              'request_ack_frequency = [10, 25]')
+    exp = experiment.load(write(tmp_path, text))
+    assert {(c.scenario.name, c.ack_policy, c.scenario.path, c.listener) for c in exp.cells()} == {
+        ("plain", "ratio:2", "geo", ("wfc", 0.0, 1, None)), ("plain", "ratio:2", "geo", ("iack", 0.0, 1, None)),
+        ("lossy", "ack-frequency", "lossy-geo", ("iack", 0.0, 1, (10, 25.0)))}
 
 
 @pytest.mark.parametrize("change, line, message", [
@@ -213,6 +225,12 @@ def test_an_experiment_is_a_matrix(tmp_path):
     (('servers = ["serve-wfc", "serve-iack"]', 'servers = ["serve-wfc", "nginx"]'), 2,
      "servers: unknown server 'nginx'; known: serve-wfc, serve-iack, serve-iack-ping, "),  # then the peers
     (('name = "lossy"', 'name = "plain"'), 9, "name 'plain': two scenarios have this name"),
+    (('loss_to_server = 5', 'loss_to_server = 5\nack_policy = "ratio:0"'), 14,
+     "ACK policy 'ratio:0': expected one of aioquic, ratio:N (N from 1 to 1000), custura, ack-frequency"),
+    (("repetitions = 2", 'repetitions = 2\nack_policy = "tcp"'), 2, "ACK policy 'tcp'"),
+    (('loss_to_server = 5', 'loss_to_server = 5\npath = ""'), 14, "path '': expected a label"),
+    (('loss_to_server = 5', 'loss_to_server = 5\nrequest_ack_frequency = [0, 25]'), 14,
+     "request_ack_frequency [0, 25]: expected [N, MAX_DELAY_MS] with N ≥ 1 and 1 ≤ MAX_DELAY_MS < 16384"),
 ])
 def test_a_bad_experiment_is_refused_with_file_line_and_key(tmp_path, change, line, message):
     path = write(tmp_path, GOOD.replace(*change))
@@ -230,7 +248,7 @@ def test_the_command_refuses_a_bad_file_and_keeps_what_is_stored(smoke, tmp_path
     assert result.exit_code == 1
     assert result.stderr == f"error: {path} at line 2: unknown key 'colour' at the top level; known: " \
         "name, description, repetitions, servers, clients, one_way_delay_ms, address, seed, timeout_s, " \
-        "cert_delay_ms, cert_chain_length, response_bytes, scenario\n"
+        "cert_delay_ms, cert_chain_length, response_bytes, ack_policy, path, scenario\n"
     assert query(db, "SELECT count(*) FROM testbed_runs") == before
 
 

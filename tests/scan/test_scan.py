@@ -196,6 +196,26 @@ def test_a_split_clienthello_is_acked_in_part_by_aioquic(tmp_path, servers):
     assert flight[0][1] == "ack" and any("crypto" in f for _, f in flight[1:])
 
 
+def test_an_ack_policy_sets_the_scanners_ack_ratio(tmp_path, servers):
+    """``--ack-policy ratio:10``: the probe acknowledges a 200 kB response about every tenth packet
+    (its qlog: 1-RTT packets received per 1-RTT packet sent with an ACK); the run records it."""
+    summary, con = run_scan(tmp_path, servers, ["wfc.test"], repetitions=2, path="/200000",
+                            ack_policy="ratio:10", workers=1)
+    assert summary.outcomes == {"ok": 2}
+    ratios = con.execute("""
+        SELECT count(*) FILTER (WHERE direction = 'received') / count(DISTINCT event_index)
+                   FILTER (WHERE direction = 'sent' AND has_ack)
+        FROM (SELECT p.*, EXISTS (SELECT 1 FROM frames f WHERE f.connection_id = p.connection_id
+                                  AND f.event_index = p.event_index AND f.frame_type = 'ack') AS has_ack
+              FROM packets p WHERE p.packet_type = '1RTT' AND p.connection_id IN (SELECT connection_id FROM probes))
+        GROUP BY connection_id""").fetchall()
+    assert len(ratios) == 2 and all(8.0 <= r <= 10.5 for (r,) in ratios)
+    assert con.execute("SELECT arguments->>'$.ack_policy' FROM runs").fetchall() == [("ratio:10",)]
+    bad = CliRunner().invoke(main, ["scan", str(tmp_path / "list.txt"), "--db", str(tmp_path / "b.duckdb"),
+                                    "--ack-policy", "tcp"])
+    assert bad.exit_code == 1 and bad.output.startswith("error: ACK policy 'tcp': expected one of aioquic, ")
+
+
 def test_cold_then_warm_schedule(tmp_path, servers):
     summary, con = run_scan(tmp_path, servers, ["iack20.test"], repetitions=3, schedule="cold-warm",
                             spacing_s=5.0)

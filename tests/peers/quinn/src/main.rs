@@ -6,6 +6,10 @@
 //! Prints `listening on ADDR` once the socket is bound; exits on SIGTERM/SIGINT after closing
 //! the endpoint and flushing the qlog.
 //!
+//! With `--ack-frequency N,MAX_DELAY_MS` it asks a client that advertises `min_ack_delay` for one
+//! ACK per N ack-eliciting packets (quinn's `AckFrequencyConfig`: Ack-Eliciting Threshold N − 1,
+//! draft-ietf-quic-ack-frequency), so that quicack can measure a client's response to a real sender.
+//!
 //! With `--get URL [--qlog FILE] [--timeout SECONDS]` it is a client instead (`client.rs`).
 
 mod client;
@@ -24,11 +28,23 @@ struct Args {
     key: PathBuf,
     www: PathBuf,
     qlog: Option<PathBuf>,
+    ack_frequency: Option<(u32, u64)>,
+}
+
+fn parse_ack_frequency(value: &str) -> Result<(u32, u64), String> {
+    let bad = || format!("--ack-frequency {value}: expected N,MAX_DELAY_MS with N >= 1");
+    let (n, delay) = value.split_once(',').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let delay: u64 = delay.trim().parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    Ok((n, delay))
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut addr = None;
-    let (mut cert, mut key, mut www, mut qlog) = (None, None, None, None);
+    let (mut cert, mut key, mut www, mut qlog, mut ack_frequency) = (None, None, None, None, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -38,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
             "--key" => key = Some(PathBuf::from(value)),
             "--www" => www = Some(PathBuf::from(value)),
             "--qlog" => qlog = Some(PathBuf::from(value)),
+            "--ack-frequency" => ack_frequency = Some(parse_ack_frequency(&value)?),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -47,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
         key: key.ok_or("--key is required")?,
         www: www.ok_or("--www is required")?,
         qlog,
+        ack_frequency,
     })
 }
 
@@ -66,6 +84,13 @@ fn server_config(args: &Args) -> Result<quinn::ServerConfig, Box<dyn std::error:
     let mut transport = quinn::TransportConfig::default();
     transport.enable_segmentation_offload(false);
     transport.max_idle_timeout(Some(Duration::from_secs(30).try_into()?));
+    if let Some((n, delay_ms)) = args.ack_frequency {
+        let mut frequency = quinn::AckFrequencyConfig::default();
+        frequency
+            .ack_eliciting_threshold(quinn::VarInt::from_u32(n - 1))
+            .max_ack_delay(Some(Duration::from_millis(delay_ms)));
+        transport.ack_frequency_config(Some(frequency));
+    }
     if let Some(path) = &args.qlog {
         let mut qlog = quinn::QlogConfig::default();
         qlog.writer(Box::new(File::create(path)?))
@@ -152,7 +177,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return client::get(args).await;
     }
     let args = parse_args().map_err(|e| {
-        eprintln!("usage: quinn-h3-server --addr IP:PORT --cert PEM --key PEM --www DIR [--qlog FILE]");
+        eprintln!("usage: quinn-h3-server --addr IP:PORT --cert PEM --key PEM --www DIR [--qlog FILE] \
+                   [--ack-frequency N,MAX_DELAY_MS]");
         e
     })?;
     let endpoint = quinn::Endpoint::server(server_config(&args)?, args.addr)?;
