@@ -1,0 +1,76 @@
+"""Address validation and the anti-amplification budget of one real connection seen three ways
+(``tests/data/local/aioquic-amplification``: the server's qlog, the client's qlog, a capture).
+
+Expected values come from sources quicack does not compute the figures from: the server's own
+``transport:datagrams_received``/``datagrams_sent`` events (UDP payloads as aioquic counted them,
+read with the json module) and the capture's UDP lengths (tshark ``-T fields -e udp.length``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DATA, rows
+from quicack import Store
+
+AMP = DATA / "local/aioquic-amplification"
+
+
+def _server_events():
+    """(direction, payload) of the server's datagram events in order, up to the client's datagram
+    that validated the address (its second one: Initial ACK + Handshake ACK)."""
+    [path] = (AMP / "qlog_server").glob("*.qlog")
+    events = json.loads(path.read_text())["traces"][0]["events"]
+    out = []
+    for e in events:
+        if e["name"] in ("transport:datagrams_received", "transport:datagrams_sent"):
+            out.append((e["name"].rsplit("_", 1)[1], sum(r["payload_length"] for r in e["data"]["raw"])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def validation(tmp_path_factory):
+    with Store(tmp_path_factory.mktemp("amp") / "t.duckdb") as store:
+        for path in (AMP / "cap.pcapng", *(AMP / "qlog_server").glob("*.qlog"), *(AMP / "qlog_client").glob("*.qlog")):
+            store.ingest(path)
+        yield {r["vantage"]: r for r in rows(store, """
+            SELECT c.vantage, a.* FROM address_validation a JOIN connections c USING (connection_id)""")}
+
+
+def test_server_qlog_and_capture_agree_on_the_budget(validation, tshark):
+    events = _server_events()
+    second_client = [i for i, (d, _) in enumerate(events) if d == "received"][1]
+    received = sum(n for d, n in events[:second_client] if d == "received")
+    sent = sum(n for d, n in events[:second_client] if d == "sent")
+    assert received == 1200 and sent == 3 * received  # what the trace says (not quicack)
+    for vantage in ("server", "network"):
+        v = validation[vantage]
+        assert (v["client_bytes_before_validation"], v["server_bytes_before_validation"]) == (received, sent)
+        assert v["validated_by"] == "handshake" and v["amplification_factor"] == 3.0
+        assert v["limit_reached"] and not v["limit_exceeded"]
+        assert v["blocked_count"] == 1 and v["blocked_ms"] > 0 and not v["ended_blocked"]
+        assert v["first_blocked_sent_bytes"] == sent
+        assert v["iack_bytes"] == 50 and not v["iack_caused_block"]
+        assert v["zero_rtt"] == "not_offered"
+
+
+def test_capture_sizes_are_whole_udp_payloads(tshark, tmp_path):
+    import subprocess
+    out = subprocess.run([tshark, "-r", str(AMP / "cap.pcapng"), "-Y", "quic", "-T", "fields",
+                          "-e", "udp.length"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    with Store(tmp_path / "t.duckdb") as store:
+        store.ingest(AMP / "cap.pcapng")
+        sizes = [r["size_bytes"] for r in rows(store, "SELECT size_bytes FROM datagrams ORDER BY datagram_id")]
+    assert sizes == [int(n) - 8 for n in out]
+
+
+def test_client_qlog_sees_the_server_blocked(validation):
+    """aioquic's client logs neither its padding nor its datagrams: its padded Initial counts 1200
+    B (RFC 9000 §14.1), and its Initial ACK and Handshake ACK, one datagram on the wire, count as
+    two — so it counts 2400 B sent before validation, and the server's 3600 B."""
+    v = validation["client"]
+    assert v["server_bytes_before_validation"] == 3600 and v["blocked_count"] == 1
+    assert v["clock_shift_ms"] > 0 and "packets_padded" in v["size_sources"]
