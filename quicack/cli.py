@@ -321,6 +321,9 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--alpn", type=click.Choice(ALPNS), default="h3", show_default=True,
               help="h3: an HTTP/3 GET; hq-interop: the QUIC interop runner's 'GET /path' line on a "
                    "stream (servers without HTTP/3).")
+@click.option("--resumption", is_flag=True,
+              help="Each probe a pair: a full handshake keeping the session ticket and NEW_TOKEN, "
+                   "then a resumed connection sending the same GET in 0-RTT (probes.zero_rtt).")
 @click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
               help="Address of a name (repeatable); wins over --hosts and the resolver.")
 @click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),

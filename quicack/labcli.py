@@ -33,7 +33,7 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
-                   "extra_delay_ms, server_header, cert_chain_length, response_bytes): many "
+                   "extra_delay_ms, server_header, cert_chain_length, response_bytes, zero_rtt): many "
                    "listeners with a mix of behaviours.")
 @click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
 @click.option("--server-header", default=None,
@@ -42,8 +42,11 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Certificates in the server's first flight: the leaf, its issuers, a root.")
 @click.option("--response-bytes", type=click.IntRange(0, None), default=None,
               help="Answer every GET with this many bytes (a path /N asks for N)  [default: one line]")
+@click.option("--no-zero-rtt", "zero_rtt", is_flag=True, flag_value=False, default=True,
+              help="Issue no session tickets: no resumption, hence no 0-RTT (on by default: tickets "
+                   "allowing early data, 0-RTT accepted).")
 def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header,
-          cert_chain_length, response_bytes):
+          cert_chain_length, response_bytes, zero_rtt):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -59,7 +62,7 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
             host, port = serve_mod.parse_listen(listen)
             spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
                                           server_header=server_header, cert_chain_length=cert_chain_length,
-                                          response_bytes=response_bytes)
+                                          response_bytes=response_bytes, zero_rtt=zero_rtt)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:

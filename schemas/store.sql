@@ -356,6 +356,22 @@ CREATE TABLE IF NOT EXISTS probes (
     keylog_path         VARCHAR,
     connection_id       BIGINT,
     worker              INTEGER,
+    -- scan --resumption (schema version 6): the resumed connection; address validation of the first
+    ticket_received     BOOLEAN,
+    ticket_lifetime_s   BIGINT,
+    ticket_max_early_data BIGINT,
+    token_received      BOOLEAN,
+    token_used          BOOLEAN,
+    zero_rtt            VARCHAR,
+    session_resumed     BOOLEAN,
+    resumed_outcome     VARCHAR,
+    resumed_cid_tag     VARCHAR,
+    resumed_handshake_ms DOUBLE,
+    resumed_ttfb_ms     DOUBLE,
+    resumed_http_status INTEGER,
+    resumed_response_bytes BIGINT,
+    amplification_factor DOUBLE,
+    server_waited_for_validation BOOLEAN,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 

@@ -43,6 +43,9 @@ class ScanOptions:
     split_clienthello: int = 1
     #: 'h3' (HTTP/3 GET) or 'hq-interop' (the interop runner's ``GET /path`` line)
     alpn: str = "h3"
+    #: each probe a pair: a full handshake keeping the session ticket and NEW_TOKEN, then a
+    #: resumed connection offering 0-RTT (quicack.scan.resumption)
+    resumption: bool = False
     resolve: dict = field(default_factory=dict)
     hosts_file: str | None = None
     family: str = "any"  # '4', '6', 'any'

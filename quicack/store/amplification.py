@@ -44,29 +44,34 @@ from quicack.store.rows import insert
 _DATAGRAMS_SQL = f"""
     INSERT INTO datagrams
     WITH pk AS (
-        SELECT connection_id, datagram_id, min(time_ms) AS time_ms, min(event_index) AS first_event,
-               any_value(sender) AS sender, any_value(direction) AS direction,
-               sum(coalesce(size_bytes, 0))::INTEGER AS bytes, count(*)::INTEGER AS n,
+        SELECT connection_id, datagram_id, direction, min(time_ms) AS time_ms, min(event_index) AS first_event,
+               any_value(sender) AS sender, sum(coalesce(size_bytes, 0))::INTEGER AS bytes, count(*)::INTEGER AS n,
                string_agg(packet_type, ',' ORDER BY event_index) AS types,
                bool_or(packet_type = 'initial') AS has_initial
         FROM packets
         WHERE connection_id >= $first
           AND connection_id NOT IN (SELECT connection_id FROM datagrams WHERE connection_id >= $first)
-        GROUP BY connection_id, datagram_id),
+        GROUP BY connection_id, datagram_id, direction),
     ev AS (
-        SELECT connection_id, event_index,
+        SELECT connection_id, event_index, event_name LIKE '%datagrams_sent' AS sent,
                TRY_CAST(data->'raw'->0->>'payload_length' AS INTEGER) AS payload,
+               TRY_CAST(data->'datagram_ids'->>0 AS BIGINT) AS logged_id,
                coalesce(json_array_length(data->'raw'), 0) AS entries
         FROM other_events
-        WHERE connection_id >= $first AND event_name LIKE '%datagrams_received'),
+        WHERE connection_id >= $first AND (event_name LIKE '%datagrams_received' OR event_name LIKE '%datagrams_sent')),
     matched AS (
-        -- (the first received datagram after each event: its packets come right after it)
+        -- (received: the first datagram after each event, its packets come right after it)
         SELECT pk.*, ev.payload, ev.entries,
                row_number() OVER (PARTITION BY pk.connection_id, ev.event_index ORDER BY pk.first_event) AS nth
-        FROM pk ASOF LEFT JOIN ev ON pk.connection_id = ev.connection_id AND pk.first_event > ev.event_index
+        FROM pk ASOF LEFT JOIN (SELECT * FROM ev WHERE NOT sent) ev
+             ON pk.connection_id = ev.connection_id AND pk.first_event > ev.event_index
         WHERE pk.direction = 'received'
         UNION ALL
-        SELECT pk.*, NULL, NULL, 1 FROM pk WHERE pk.direction <> 'received')
+        -- (sent: the event naming the datagram, as quicack's scanner logs them)
+        SELECT pk.*, ev.payload, ev.entries, 1
+        FROM pk LEFT JOIN (SELECT * FROM ev WHERE sent AND logged_id IS NOT NULL) ev
+             ON pk.connection_id = ev.connection_id AND pk.datagram_id = ev.logged_id
+        WHERE pk.direction <> 'received')
     SELECT connection_id, datagram_id, time_ms, sender,
            CASE WHEN payload IS NOT NULL AND entries = 1 AND nth = 1 THEN payload
                 WHEN has_initial AND sender = 'client' THEN greatest(bytes, {FULL_DATAGRAM_BYTES}) ELSE bytes END,
@@ -98,7 +103,7 @@ _FLAGS_SQL = """
                              AND nd.end_bytes > coalesce(nd.before, 0))
                             OR (nd.frame_type = 'stream' AND nd.end_bytes > nd.before)), false) AS new_data,
            coalesce(bool_or(nd.packet_type = 'retry'), false) AS retry
-    FROM datagrams d LEFT JOIN nd USING (connection_id, datagram_id)
+    FROM datagrams d LEFT JOIN nd USING (connection_id, datagram_id, sender)
     WHERE d.connection_id >= $first
     GROUP BY ALL
     ORDER BY d.connection_id, d.time_ms, d.datagram_id
