@@ -118,19 +118,20 @@ _PATH_RTT_SQL = """
 
 _PTO_SQL = """
     SELECT connection_id,
-           count(*) FILTER (WHERE ev = 'set' AND space = 'initial'),
-           count(*) FILTER (WHERE ev = 'set' AND space = 'handshake'),
-           count(*) FILTER (WHERE ev = 'set' AND space = 'application_data'),
-           count(*) FILTER (WHERE ev = 'expired' AND space = 'initial'),
-           count(*) FILTER (WHERE ev = 'expired' AND space = 'handshake'),
-           count(*) FILTER (WHERE ev = 'expired' AND space = 'application_data'),
-           list((time_ms, ev) ORDER BY event_index) FILTER (WHERE pto)
+           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'initial'),
+           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'handshake'),
+           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'application_data'),
+           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'initial'),
+           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'handshake'),
+           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'application_data'),
+           list((time_ms, ev) ORDER BY event_index) FILTER (WHERE pto OR untyped)
     FROM (SELECT connection_id, event_index, time_ms, lower(event_type) AS ev,
                  lower(coalesce(timer_type, '')) IN ('pto', 'probe') AS pto,
+                 -- quic-go names no timer when it cancels its one loss timer (ACK or PTO)
+                 coalesce(timer_type, '') = '' AS untyped,
                  CASE lower(packet_number_space) WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
                       WHEN 'application_data' THEN 'application_data' END AS space
           FROM timers WHERE connection_id >= $first)
-    WHERE pto OR ev IS NOT NULL
     GROUP BY connection_id
 """
 

@@ -74,3 +74,41 @@ def test_client_qlog_sees_the_server_blocked(validation):
     v = validation["client"]
     assert v["server_bytes_before_validation"] == 3600 and v["blocked_count"] == 1
     assert v["clock_shift_ms"] > 0 and "packets_padded" in v["size_sources"]
+
+
+def test_pto_timers_per_space_from_a_quic_go_server_trace(store):
+    """quic-go's own server qlog (tests/data/peers/quic-go): its PTO timer events counted per
+    packet number space, against the file read with the json module."""
+    path = DATA / "peers/quic-go/server.sqlog"
+    expected = {"initial": 0, "handshake": 0, "application_data": 0}
+    for line in path.read_text().split("\x1e"):
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        data = event.get("data", {})
+        if event.get("name", "").endswith("loss_timer_updated") and data.get("timer_type") == "pto" \
+                and data.get("event_type") == "set":
+            expected[data["packet_number_space"]] += 1
+    assert sum(expected.values()) > 0
+    store.ingest(path)
+    [v] = rows(store, "SELECT * FROM address_validation")
+    assert (v["pto_set_initial"], v["pto_set_handshake"], v["pto_set_application"]) == \
+        (expected["initial"], expected["handshake"], expected["application_data"])
+    assert v["pto_fired_initial"] == v["pto_fired_handshake"] == v["pto_fired_application"] == 0
+    # nothing blocked this server: no first blocked period to judge the PTO timer in
+    assert v["blocked_count"] == 0 and v["pto_armed_while_blocked"] is None
+
+
+def test_a_pto_armed_or_not_while_the_server_is_blocked():
+    """RFC 9002 §6.2.2.1: a server at its limit MUST NOT arm its PTO until the client sends
+    again.  Blocked from 3.0 to 14.0 ms (the trace's timer events as (time, event))."""
+    from quicack.core.amplification import Datagram, replay_budget
+    from quicack.store.amplification import _pto_armed_while_blocked
+    budget = replay_budget([Datagram(0, "client", 1200),
+                            *[Datagram(1 + i, "server", 1200, new_data=True) for i in range(3)],
+                            Datagram(14, "client", 1200, validates=True), Datagram(15, "server", 900, new_data=True)])
+    assert [(b.start_ms, b.end_ms) for b in budget.blocks] == [(3, 14)]
+    assert _pto_armed_while_blocked(budget, [(1.0, "set"), (3.0, "cancelled")]) is False  # as the RFC says
+    assert _pto_armed_while_blocked(budget, [(1.0, "set"), (2.0, "set")]) is True  # left armed
+    assert _pto_armed_while_blocked(budget, [(3.0, "cancelled"), (9.0, "set")]) is True  # re-armed inside
+    assert _pto_armed_while_blocked(budget, [(3.0, "cancelled"), (14.5, "set")]) is False
