@@ -17,9 +17,11 @@ from quicack.scan import scanner
 from quicack.scan.options import ScanOptions
 from servers import Servers
 
-# wfc with 0-RTT (the default), the same without tickets, and one whose return path is 50 ms
-LISTENERS = [("wfc", 0), ("wfc", 0, {"zero_rtt": "false"}), ("wfc", 0, {"extra_delay_ms": 50})]
-NAMES = ["zero.test", "nozero.test", "far.test"]
+# wfc with 0-RTT (the default), the same without tickets, one whose return path is 50 ms, and one
+# whose answer (30 KB) is far more than 3 × the client's first flight
+LISTENERS = [("wfc", 0), ("wfc", 0, {"zero_rtt": "false"}), ("wfc", 0, {"extra_delay_ms": 50}),
+             ("wfc", 0, {"response_bytes": 30000})]
+NAMES = ["zero.test", "nozero.test", "far.test", "big.test"]
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +87,30 @@ def test_the_capture_and_the_server_see_the_0rtt_packets(scan):
         WHERE a.zero_rtt <> 'not_offered'""").fetchall()
     network = [r for r in rows if r[0] == "network"]
     server = [r for r in rows if r[0] == "server"]
-    # two repetitions of zero.test and of far.test
-    assert len(network) == 4 and all(r[1] == "accepted" and r[2] >= 1 and r[3] == r[2] for r in network)
-    assert len(server) == 4 and all(r[1] == "accepted" and r[4] >= 1 and r[5] == 0 for r in server)
+    # two repetitions of zero.test, far.test and big.test
+    assert len(network) == 6 and all(r[1] == "accepted" and r[2] >= 1 and r[3] == r[2] for r in network)
+    assert len(server) == 6 and all(r[1] == "accepted" and r[4] >= 1 and r[5] == 0 for r in server)
+
+
+def test_a_0rtt_answer_larger_than_3x_blocks_the_server(scan):
+    """Seed 002's first problem: the GET arrives in 0-RTT, the server answers at once (0.5-RTT
+    data) and hits 3 × what the client sent before its address is validated; the rest of the
+    answer waits for the client's Handshake packet.  The full connection of the same server, whose
+    GET comes after the handshake, never reaches the limit.  From the server's own qlog."""
+    _, con = scan
+    rows = con.execute("""
+        SELECT a.zero_rtt, a.client_bytes_before_validation, a.server_bytes_before_validation,
+               a.limit_reached, a.limit_exceeded, a.blocked_count, a.blocked_ms
+        FROM address_validation a JOIN connections c USING (connection_id)
+        JOIN (SELECT connection_id FROM packets WHERE sender = 'server' AND packet_type = '1RTT'
+              GROUP BY 1 HAVING sum(size_bytes) > 30000) big USING (connection_id)
+        WHERE c.vantage = 'server'""").fetchall()
+    resumed = [r for r in rows if r[0] == "accepted"]
+    full = [r for r in rows if r[0] == "not_offered"]
+    assert len(resumed) == 2 and len(full) == 2
+    for _, client, server, reached, exceeded, blocked, blocked_ms in resumed:
+        assert reached and not exceeded and server <= 3 * client and blocked >= 1 and blocked_ms > 0
+    assert all(not r[3] and r[5] == 0 for r in full)
 
 
 def test_sent_packets_are_named_by_their_datagram():
