@@ -249,6 +249,28 @@ CREATE TABLE IF NOT EXISTS address_validation (
     size_sources              VARCHAR[] NOT NULL
 );
 
+-- Packets that waited for keys (schema version 6, quicack/store/keywaits.py): one row per buffered packet.
+CREATE TABLE IF NOT EXISTS key_waits (
+    connection_id          BIGINT NOT NULL,
+    buffered_event_index   BIGINT NOT NULL,
+    buffered_ms            DOUBLE NOT NULL,
+    packet_type            VARCHAR NOT NULL,
+    size_bytes             INTEGER,
+    processed_event_index  BIGINT,
+    processed_ms           DOUBLE,
+    packet_number          BIGINT,
+    space                  VARCHAR,
+    wait_ms                DOUBLE,
+    ack_event_index        BIGINT,
+    ack_sent_ms            DOUBLE,
+    ack_largest            BIGINT,
+    ack_delay_ms           DOUBLE,
+    ack_delay_from_receipt_ms DOUBLE,
+    uncovered_ms           DOUBLE,
+    max_ack_delay_ms       DOUBLE NOT NULL,
+    sample_inflation_ms    DOUBLE
+);
+
 -- Captures (pcap/pcapng through tshark): what the packets tables cannot say.
 CREATE TABLE IF NOT EXISTS capture_files (
     file_id               BIGINT PRIMARY KEY,

@@ -37,18 +37,18 @@ if TYPE_CHECKING:
 #: time, duration or delta beyond ±1e300 or a string holding NaN/Infinity (was inf/NaN); a number
 #: beyond a double (1e400) refuses the file as NaN does; a header's original_uris that is a string
 #: is one URI (was read character by character).  8 (issue 29): tables datagrams and
-#: address_validation (the anti-amplification budget, PTOs per space, 0-RTT).
+#: address_validation (the anti-amplification budget, PTOs per space, 0-RTT), key_waits.
 ANALYSIS_VERSION = 8
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
-#: 6 ``datagrams`` and ``address_validation`` (issue 29).
+#: 6 ``datagrams``, ``address_validation`` and ``key_waits`` (issue 29).
 SCHEMA_VERSION = 6
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
                      "dropped_packets", "timers", "other_events", "rtt_samples", "capture_connections",
-                     "datagrams", "address_validation")
+                     "datagrams", "address_validation", "key_waits")
 #: Tables holding rows per file besides ``files`` (captures).
 FILE_TABLES = ("capture_files", "capture_issues")
 
@@ -95,7 +95,7 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
-#: 4 → 5: table testbed_runs.  5 → 6: tables datagrams and address_validation.
+#: 4 → 5: table testbed_runs.  5 → 6: tables datagrams, address_validation, key_waits.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,

@@ -112,3 +112,34 @@ def test_a_pto_armed_or_not_while_the_server_is_blocked():
     assert _pto_armed_while_blocked(budget, [(1.0, "set"), (2.0, "set")]) is True  # left armed
     assert _pto_armed_while_blocked(budget, [(3.0, "cancelled"), (9.0, "set")]) is True  # re-armed inside
     assert _pto_armed_while_blocked(budget, [(3.0, "cancelled"), (14.5, "set")]) is False
+
+
+KEY_WAIT = DATA / "local/quic-go-key-wait"
+
+
+def test_packets_that_waited_for_keys_and_the_samples_they_inflated(store):
+    """quic-go buffered the server's Handshake and 1-RTT packets until the resent Initial brought
+    the keys (facts read from client.sqlog with the json module below); its ACK of the 1-RTT
+    packet counts the delay from receipt, yet aioquic's server, capping that delay at quic-go's
+    max_ack_delay (RFC 9002 §5.3), takes a sample inflated by the wait, while the sample with the
+    delay counted from receipt is the path's RTT."""
+    events = [json.loads(r) for r in (KEY_WAIT / "client.sqlog").read_text().split("\x1e") if r.strip()]
+    buffered = [(e["data"]["header"]["packet_type"], e["data"]["raw"]["length"])
+                for e in events if e.get("name", "").endswith("packet_buffered")]
+    assert buffered == [("handshake", 547), ("1RTT", 49)]
+    store.ingest(KEY_WAIT / "client.sqlog")
+    store.ingest(KEY_WAIT / "server.qlog")
+    waits = rows(store, "SELECT * FROM key_waits ORDER BY buffered_event_index")
+    assert [(w["packet_type"], w["size_bytes"]) for w in waits] == buffered
+    assert all(w["wait_ms"] > 150 for w in waits)  # the server's Initial PTO (~200 ms) came first
+    hs, one = waits
+    assert hs["ack_largest"] != hs["packet_number"] and hs["sample_inflation_ms"] is None
+    assert one["ack_largest"] == one["packet_number"] and abs(one["uncovered_ms"]) < 5  # from receipt
+    assert one["sample_inflation_ms"] == pytest.approx(one["ack_delay_from_receipt_ms"] - one["max_ack_delay_ms"])
+    from quicack.store.keywaits import inflated_samples
+    [s] = inflated_samples(store.con)
+    assert s["packet_number"] == one["packet_number"]
+    # the peer's replay subtracted only max_ack_delay: its sample carries the wait
+    assert s["ack_delay_used_ms"] == pytest.approx(one["max_ack_delay_ms"])
+    assert s["adjusted_rtt_ms"] - s["from_receipt_rtt_ms"] == pytest.approx(one["sample_inflation_ms"], abs=1e-6)
+    assert s["from_receipt_rtt_ms"] < s["adjusted_rtt_ms"] / 4
