@@ -24,7 +24,7 @@ from quicack.terminal import DB_OPTION, console, fail
 @click.option("--mode", type=click.Choice(SERVE_MODES), default="wfc", show_default=True,
               help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
                    "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
-                   "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
+                   "PING), iack-uncounted (iack whose ACK does not count against the 3x budget); silent, garbage, close, alert, retry, vn for testing scanners.")
 @click.option("--cert-delay-ms", type=float, default=0.0, show_default=True,
               help="Time the ServerHello waits for the certificate (a remote certificate store).")
 @click.option("--extra-delay-ms", type=float, default=0.0, show_default=True,

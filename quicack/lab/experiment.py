@@ -54,7 +54,8 @@ from quicack.core.impairment import parse_drops
 from quicack.model import QuicackError
 
 #: quicack's own servers, by the name a ``testbed_runs`` row gives them, and their serve mode
-SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping"}
+SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping",
+                 "serve-iack-uncounted": "iack-uncounted"}
 #: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients
 CLIENTS = ("quicack", "quic-go", "ngtcp2", "quinn")
 

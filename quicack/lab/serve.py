@@ -71,7 +71,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from quicack.lab import certificate, tickets
-from quicack.lab.earlydata import EarlyDataBuffer
+from quicack.lab import earlydata, iackbudget
 from quicack.lab.ptolog import LoggedPto
 from quicack.core import recovery
 from quicack.scan import rxtime, targets
@@ -163,7 +163,7 @@ def self_signed(common_name: str = "quicack-serve") -> tuple[x509.Certificate, e
 
 # --- the connection -------------------------------------------------------------------------
 
-class ServerConnection(EarlyDataBuffer, LoggedPto, QuicConnection):
+class ServerConnection(earlydata.EarlyDataBuffer, iackbudget.UncountedInstantAck, LoggedPto, QuicConnection):
     """aioquic's server connection with a chosen first-flight behaviour (see module docstring)."""
 
     def __init__(self, *, spec: ListenerSpec, **kwargs):
@@ -172,10 +172,10 @@ class ServerConnection(EarlyDataBuffer, LoggedPto, QuicConnection):
         self._local_ack_delay_exponent = spec.ack_delay_exponent
         self._ack_delay = spec.ack_delay_ms / 1000.0
         self._hold_s = spec.cert_delay_ms / 1000.0
-        self._instant = spec.mode in ("iack", "iack-ping")
+        self._instant = spec.mode in ("iack", "iack-ping", iackbudget.UNCOUNTED_MODE)
         #: (frame_type, offset, data) of Initial CRYPTO frames not yet given to TLS
         self._held: list[tuple[int, int, bytes]] = []
-        self._holding = spec.mode in ("wfc", "iack", "iack-ping", "retry", "close", "alert")
+        self._holding = spec.mode in ("wfc", "iack", "iack-ping", iackbudget.UNCOUNTED_MODE, "retry", "close", "alert")
         self.release_at: float | None = None
         self.instant_ack_sent = False
 

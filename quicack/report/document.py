@@ -4,7 +4,8 @@ Theory of operation: :func:`write_report` queries the store (aggregating in Duck
 million probes still gives a report of a few MB: CDFs are quantiles, scatter plots are 2-D
 histograms), turns each result into a plotly figure or an HTML table, and writes one page of
 sections — overview, handshakes, scan (when the store holds probes), testbed (when it holds
-``testbed_runs`` rows, :mod:`quicack.report.testbed`), ACK policy of transfers, and a
+``testbed_runs`` rows, :mod:`quicack.report.testbed`), resumption, 0-RTT and the
+anti-amplification limit (:mod:`quicack.report.validation`), ACK policy of transfers, and a
 bounded number of per-connection sections linked from the overview (handshake sequence diagram,
 RTT/PTO replay next to logged values, congestion window).  Every string that came from a trace or
 a server is HTML-escaped in tables and in plot labels; figure JSON is embedded with ``<``/``/``
@@ -24,6 +25,7 @@ from quicack.report import ackpolicy
 from quicack.report import peers as peerviews
 from quicack.report import scans as scanreport
 from quicack.report import testbed as testbedreport
+from quicack.report import validation as validationreport
 from quicack.report.page import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc
 from quicack.store.database import Store
 
@@ -59,6 +61,8 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
             peerviews.report_sections(store, page)
     if testbedreport.has_testbed(store):  # attempts of quicack testbed run
         testbedreport.testbed_sections(store, page)
+    if validationreport.has_validation(store):  # address_validation rows (issue 29)
+        validationreport.validation_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)

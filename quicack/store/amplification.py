@@ -117,15 +117,8 @@ _PATH_RTT_SQL = """
 """
 
 _PTO_SQL = """
-    SELECT connection_id,
-           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'initial'),
-           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'handshake'),
-           count(*) FILTER (WHERE pto AND ev = 'set' AND space = 'application_data'),
-           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'initial'),
-           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'handshake'),
-           count(*) FILTER (WHERE pto AND ev = 'expired' AND space = 'application_data'),
-           list((time_ms, ev) ORDER BY event_index) FILTER (WHERE pto OR untyped)
-    FROM (SELECT connection_id, event_index, time_ms, lower(event_type) AS ev,
+    SELECT connection_id, list((time_ms, ev, space, delta_ms, pto) ORDER BY event_index) FILTER (WHERE pto OR untyped)
+    FROM (SELECT connection_id, event_index, time_ms, lower(event_type) AS ev, delta_ms,
                  lower(coalesce(timer_type, '')) IN ('pto', 'probe') AS pto,
                  -- quic-go names no timer when it cancels its one loss timer (ACK or PTO)
                  coalesce(timer_type, '') = '' AS untyped,
@@ -169,7 +162,8 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     per_connection: dict[int, list[tuple]] = defaultdict(list)
     for row in con.execute(_FLAGS_SQL, params).fetchall():
         per_connection[row[0]].append(row[1:])
-    ptos = {row[0]: row[1:] for row in con.execute(_PTO_SQL, params).fetchall()}
+    ptos = {cid: [tuple(e.values()) if isinstance(e, dict) else tuple(e) for e in events or ()]
+            for cid, events in con.execute(_PTO_SQL, params).fetchall()}
     zero = {row[0]: row[1:] for row in con.execute(_ZERO_RTT_SQL, params).fetchall()}
     rtts = dict(con.execute(_PATH_RTT_SQL, params).fetchall())
     rows = []
@@ -180,9 +174,10 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
         if shift:
             datagrams = server_order(datagrams, shift)
         budget = replay_budget(datagrams, token)
-        pto = ptos.get(cid)
-        armed = _pto_armed_while_blocked(budget, pto[-1]) if pto and vantage[cid] == "server" else None
-        rows.append((cid, shift, *_budget_values(budget), armed, *(pto[:6] if pto else (None,) * 6),
+        timers = ptos.get(cid)
+        armed = (_pto_armed_while_blocked(budget, [(t, ev) for t, ev, *_ in timers])
+                 if timers is not None and vantage[cid] == "server" else None)
+        rows.append((cid, shift, *_budget_values(budget), armed, *pto_counts(timers),
                      *_zero_rtt_values(zero.get(cid)), sorted({r[4] for r in rows_of})))
     insert(con, "address_validation", rows)
 
@@ -206,6 +201,39 @@ def _budget_values(b: Budget) -> tuple:
             len(b.blocks), first.start_ms if first else None, first.sent_bytes if first else None,
             first.received_bytes if first else None, b.blocked_ms,
             bool(b.blocks and b.blocks[-1].end_ms is None), b.iack_bytes, b.iack_caused_block)
+
+
+#: a re-arming this close after a PTO's deadline means the timer expired (ms; times are logged
+#: with µs precision, the timer fires a little late)
+EXPIRY_TOLERANCE_MS = 1.0
+_SPACES = ("initial", "handshake", "application_data")
+
+
+def pto_counts(timers: list[tuple] | None) -> tuple:
+    """(set, set, set, fired, fired, fired) per space (Initial, Handshake, application) from the
+    trace's timer events (time, event, space, delta, is_pto), in order; all None without timer
+    events.  A PTO fired when an ``expired`` event says so, or — quic-go v0.65 logs no expiry,
+    only the next ``set`` — when a PTO timer event comes at or after the deadline of the PTO
+    armed before it (set time + delta), with no cancellation in between: one expiry in that
+    PTO's space."""
+    if timers is None:
+        return (None,) * 6
+    armed_space, deadline = None, None
+    sets, fired = dict.fromkeys(_SPACES, 0), dict.fromkeys(_SPACES, 0)
+    for t, ev, space, delta, pto in timers:
+        if deadline is not None and t >= deadline - EXPIRY_TOLERANCE_MS and ev != "expired" \
+                and armed_space in fired:
+            fired[armed_space] += 1  # inferred: the armed PTO ran out before this event
+        armed_space, deadline = None, None
+        if not pto:
+            continue  # an untyped cancellation: nothing armed any more
+        if ev == "expired" and space in fired:
+            fired[space] += 1
+        elif ev == "set" and space in sets:
+            sets[space] += 1
+            if delta is not None:
+                armed_space, deadline = space, t + delta
+    return (*(sets[s] for s in _SPACES), *(fired[s] for s in _SPACES))
 
 
 def _pto_armed_while_blocked(b: Budget, timers: list | None) -> bool | None:

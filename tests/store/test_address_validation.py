@@ -143,3 +143,22 @@ def test_packets_that_waited_for_keys_and_the_samples_they_inflated(store):
     assert s["ack_delay_used_ms"] == pytest.approx(one["max_ack_delay_ms"])
     assert s["adjusted_rtt_ms"] - s["from_receipt_rtt_ms"] == pytest.approx(one["sample_inflation_ms"], abs=1e-6)
     assert s["from_receipt_rtt_ms"] < s["adjusted_rtt_ms"] / 4
+
+
+def test_a_pto_that_quic_go_does_not_log_as_expired_is_counted(store):
+    """quic-go v0.65 logs no PTO expiry, only the next `set`: in this client trace (testbed,
+    experiments/amplification.toml, long-chain-client-flight-lost against serve-wfc: the client's
+    first answer dropped while the server waits at its 3× budget) the Handshake PTO armed for
+    83.3 ms is set again when it runs out, with its backoff doubled (RFC 9002 §6.2.1) — the
+    evidence of one expiry, read from the file."""
+    path = DATA / "local/quic-go-blocked/client.sqlog"
+    sets = [e["data"] for e in (json.loads(r) for r in path.read_text().split("\x1e") if r.strip())
+            if e.get("name", "").endswith("loss_timer_updated") and e["data"].get("timer_type") == "pto"
+            and e["data"].get("packet_number_space") == "handshake"]
+    deltas = [s["delta"] for s in sets if s.get("event_type") == "set"]
+    assert any(b == pytest.approx(2 * a, rel=0.01) for a, b in zip(deltas, deltas[1:]))  # one backoff
+    assert not any(s.get("event_type") == "expired" for s in sets)
+    store.ingest(path)
+    [v] = rows(store, "SELECT * FROM address_validation")
+    assert (v["pto_fired_initial"], v["pto_fired_handshake"], v["pto_fired_application"]) == (0, 1, 0)
+    assert v["pto_set_handshake"] == len(deltas)
