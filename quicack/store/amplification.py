@@ -128,25 +128,35 @@ _PTO_SQL = """
     GROUP BY connection_id
 """
 
+#: anything 0-RTT among the new connections (most traces have none: the query below is skipped)
+_ANY_ZERO_RTT_SQL = """
+    SELECT EXISTS (SELECT 1 FROM packets WHERE connection_id >= $first AND packet_type = '0RTT')
+        OR EXISTS (SELECT 1 FROM lost_packets WHERE connection_id >= $first AND packet_type = '0RTT')
+        OR EXISTS (SELECT 1 FROM dropped_packets WHERE connection_id >= $first AND packet_type = '0RTT')
+"""
+
 _ZERO_RTT_SQL = """
     WITH z AS (SELECT connection_id, direction, packet_number FROM packets
                WHERE connection_id >= $first AND packet_type = '0RTT'),
-    acked AS (SELECT DISTINCT z.connection_id, z.packet_number
+    acked AS (SELECT z.connection_id, count(DISTINCT z.packet_number) AS n
               FROM z JOIN (SELECT f.connection_id, unnest(f.acked_ranges) AS r
                            FROM frames f JOIN packets p USING (connection_id, event_index)
                            WHERE f.connection_id >= $first AND f.frame_type = 'ack' AND p.sender = 'server'
                              AND p.packet_number_space = 'application_data') a
                 ON a.connection_id = z.connection_id AND z.packet_number BETWEEN a.r[1] AND a.r[2]
-              WHERE z.direction = 'sent')
-    SELECT c.connection_id,
-           (SELECT count(*) FROM z WHERE z.connection_id = c.connection_id AND direction = 'sent'),
-           (SELECT count(*) FROM z WHERE z.connection_id = c.connection_id AND direction = 'received'),
-           (SELECT count(*) FROM acked WHERE acked.connection_id = c.connection_id),
-           (SELECT count(*) FROM lost_packets l WHERE l.connection_id = c.connection_id AND l.packet_type = '0RTT'),
-           (SELECT count(*) FROM dropped_packets d WHERE d.connection_id = c.connection_id AND d.packet_type = '0RTT'),
-           EXISTS (SELECT 1 FROM packets p WHERE p.connection_id = c.connection_id AND p.sender = 'server'
-                   AND p.packet_type = '1RTT')
-    FROM connections c WHERE c.connection_id >= $first
+              WHERE z.direction = 'sent' GROUP BY 1)
+    SELECT c.connection_id, coalesce(zs.sent, 0), coalesce(zs.received, 0), coalesce(acked.n, 0),
+           coalesce(l.n, 0), coalesce(d.n, 0), o.connection_id IS NOT NULL
+    FROM (SELECT connection_id FROM connections WHERE connection_id >= $first) c
+    LEFT JOIN (SELECT connection_id, count(*) FILTER (WHERE direction = 'sent') AS sent,
+                      count(*) FILTER (WHERE direction = 'received') AS received FROM z GROUP BY 1) zs USING (connection_id)
+    LEFT JOIN acked USING (connection_id)
+    LEFT JOIN (SELECT connection_id, count(*) AS n FROM lost_packets
+               WHERE connection_id >= $first AND packet_type = '0RTT' GROUP BY 1) l USING (connection_id)
+    LEFT JOIN (SELECT connection_id, count(*) AS n FROM dropped_packets
+               WHERE connection_id >= $first AND packet_type = '0RTT' GROUP BY 1) d USING (connection_id)
+    LEFT JOIN (SELECT DISTINCT connection_id FROM packets
+               WHERE connection_id >= $first AND sender = 'server' AND packet_type = '1RTT') o USING (connection_id)
 """
 
 
@@ -164,7 +174,8 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
         per_connection[row[0]].append(row[1:])
     ptos = {cid: [tuple(e.values()) if isinstance(e, dict) else tuple(e) for e in events or ()]
             for cid, events in con.execute(_PTO_SQL, params).fetchall()}
-    zero = {row[0]: row[1:] for row in con.execute(_ZERO_RTT_SQL, params).fetchall()}
+    zero = ({row[0]: row[1:] for row in con.execute(_ZERO_RTT_SQL, params).fetchall()}
+            if con.execute(_ANY_ZERO_RTT_SQL, params).fetchall()[0][0] else {})
     rtts = dict(con.execute(_PATH_RTT_SQL, params).fetchall())
     rows = []
     for cid in sorted(vantage):
