@@ -326,6 +326,9 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
                    "packet), ratio:N (every N packets or 25 ms), custura (1:10 after 1:2 for 100 "
                    "packets, at least every min(25 ms, min_rtt/4)), ack-frequency (advertises "
                    "min_ack_delay and obeys ACK_FREQUENCY / IMMEDIATE_ACK).")
+@click.option("--resumption", is_flag=True,
+              help="Each probe a pair: a full handshake keeping the session ticket and NEW_TOKEN, "
+                   "then a resumed connection sending the same GET in 0-RTT (probes.zero_rtt).")
 @click.option("--resolve", "resolve_values", multiple=True, metavar="NAME=IP[:PORT]",
               help="Address of a name (repeatable); wins over --hosts and the resolver.")
 @click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False),

@@ -24,7 +24,7 @@ from quicack.terminal import DB_OPTION, console, fail
 @click.option("--mode", type=click.Choice(SERVE_MODES), default="wfc", show_default=True,
               help="ACK behaviour: wfc (ACK with the ServerHello), iack (ACK-only Initial at once, "
                    "ServerHello after the certificate delay), iack-ping (the instant ACK carries a "
-                   "PING); silent, garbage, close, alert, retry, vn for testing scanners.")
+                   "PING), iack-uncounted (iack whose ACK does not count against the 3x budget); silent, garbage, close, alert, retry, vn for testing scanners.")
 @click.option("--cert-delay-ms", type=float, default=0.0, show_default=True,
               help="Time the ServerHello waits for the certificate (a remote certificate store).")
 @click.option("--extra-delay-ms", type=float, default=0.0, show_default=True,
@@ -33,8 +33,8 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Address to listen on (repeatable; port 4433 if omitted). Default 127.0.0.1:4433.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML file with [[listener]] tables (listen, mode, cert_delay_ms, "
-                   "extra_delay_ms, server_header, cert_chain_length, response_bytes, congestion): many "
-                   "listeners with a mix of behaviours.")
+                   "extra_delay_ms, server_header, cert_chain_length, response_bytes, congestion, "
+                   "request_ack_frequency, zero_rtt): many listeners with a mix of behaviours.")
 @click.option("--qlog-dir", type=click.Path(file_okay=False), help="Write server qlogs here.")
 @click.option("--server-header", default=None,
               help="HTTP `server` header to answer with  [default: quicack-serve/MODE aioquic/VERSION]")
@@ -50,8 +50,11 @@ from quicack.terminal import DB_OPTION, console, fail
 @click.option("--request-ack-frequency", metavar="N,MAX_DELAY_MS", default=None,
               help="Ask a client that advertises min_ack_delay for one ACK per N ack-eliciting packets "
                    "or MAX_DELAY_MS (an ACK_FREQUENCY frame, draft-ietf-quic-ack-frequency-12).")
+@click.option("--no-zero-rtt", "zero_rtt", is_flag=True, flag_value=False, default=True,
+              help="Issue no session tickets: no resumption, hence no 0-RTT (on by default: tickets "
+                   "allowing early data, 0-RTT accepted).")
 def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, server_header,
-          cert_chain_length, response_bytes, congestion, request_ack_frequency):
+          cert_chain_length, response_bytes, congestion, request_ack_frequency, zero_rtt):
     """Run local aioquic HTTP/3 servers with a chosen ACK behaviour until Ctrl-C.
 
     \b
@@ -70,7 +73,7 @@ def serve(mode, cert_delay_ms, extra_delay_ms, listens, config_path, qlog_dir, s
             spec = serve_mod.ListenerSpec(host, port, mode, cert_delay_ms, extra_delay_ms,
                                           server_header=server_header, cert_chain_length=cert_chain_length,
                                           response_bytes=response_bytes, congestion=congestion,
-                                          request_ack_frequency=request)
+                                          request_ack_frequency=request, zero_rtt=zero_rtt)
             serve_mod.check_spec(spec)
             specs.append(spec)
     except QuicackError as e:

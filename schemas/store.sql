@@ -217,6 +217,78 @@ CREATE TABLE IF NOT EXISTS rtt_samples (
     rttvar_diff_ms       DOUBLE
 );
 
+-- Address validation (schema version 6, quicack/store/amplification.py): every datagram with its
+-- whole UDP payload, and per connection the server's anti-amplification budget, PTOs and 0-RTT.
+CREATE TABLE IF NOT EXISTS datagrams (
+    connection_id  BIGINT NOT NULL,
+    datagram_id    BIGINT NOT NULL,
+    time_ms        DOUBLE NOT NULL,
+    sender         VARCHAR NOT NULL,
+    size_bytes     INTEGER NOT NULL,
+    packets        INTEGER NOT NULL,
+    packet_types   VARCHAR NOT NULL,
+    size_source    VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS address_validation (
+    connection_id             BIGINT PRIMARY KEY,
+    clock_shift_ms            DOUBLE,
+    validated_ms              DOUBLE,
+    validated_by              VARCHAR,
+    client_bytes_before_validation INTEGER NOT NULL,
+    server_bytes_before_validation INTEGER NOT NULL,
+    client_datagrams_before_validation INTEGER NOT NULL,
+    server_datagrams_before_validation INTEGER NOT NULL,
+    amplification_factor      DOUBLE,
+    limit_reached             BOOLEAN NOT NULL,
+    limit_exceeded            BOOLEAN NOT NULL,
+    max_excess_bytes          INTEGER NOT NULL,
+    blocked_count             INTEGER NOT NULL,
+    first_blocked_ms          DOUBLE,
+    first_blocked_sent_bytes  INTEGER,
+    first_blocked_received_bytes INTEGER,
+    blocked_ms                DOUBLE,
+    ended_blocked             BOOLEAN NOT NULL,
+    iack_bytes                INTEGER,
+    iack_caused_block         BOOLEAN NOT NULL,
+    pto_armed_while_blocked   BOOLEAN,
+    pto_set_initial           INTEGER,
+    pto_set_handshake         INTEGER,
+    pto_set_application       INTEGER,
+    pto_fired_initial         INTEGER,
+    pto_fired_handshake       INTEGER,
+    pto_fired_application     INTEGER,
+    zero_rtt_sent             INTEGER NOT NULL,
+    zero_rtt_received         INTEGER NOT NULL,
+    zero_rtt_acked            INTEGER NOT NULL,
+    zero_rtt_lost             INTEGER NOT NULL,
+    zero_rtt_discarded        INTEGER NOT NULL,
+    zero_rtt                  VARCHAR,
+    size_sources              VARCHAR[] NOT NULL
+);
+
+-- Packets that waited for keys (schema version 6, quicack/store/keywaits.py): one row per buffered packet.
+CREATE TABLE IF NOT EXISTS key_waits (
+    connection_id          BIGINT NOT NULL,
+    buffered_event_index   BIGINT NOT NULL,
+    buffered_ms            DOUBLE NOT NULL,
+    packet_type            VARCHAR NOT NULL,
+    size_bytes             INTEGER,
+    processed_event_index  BIGINT,
+    processed_ms           DOUBLE,
+    packet_number          BIGINT,
+    space                  VARCHAR,
+    wait_ms                DOUBLE,
+    ack_event_index        BIGINT,
+    ack_sent_ms            DOUBLE,
+    ack_largest            BIGINT,
+    ack_delay_ms           DOUBLE,
+    ack_delay_from_receipt_ms DOUBLE,
+    uncovered_ms           DOUBLE,
+    max_ack_delay_ms       DOUBLE NOT NULL,
+    sample_inflation_ms    DOUBLE
+);
+
 -- Captures (pcap/pcapng through tshark): what the packets tables cannot say.
 CREATE TABLE IF NOT EXISTS capture_files (
     file_id               BIGINT PRIMARY KEY,
@@ -324,6 +396,22 @@ CREATE TABLE IF NOT EXISTS probes (
     keylog_path         VARCHAR,
     connection_id       BIGINT,
     worker              INTEGER,
+    -- scan --resumption (schema version 6): the resumed connection; address validation of the first
+    ticket_received     BOOLEAN,
+    ticket_lifetime_s   BIGINT,
+    ticket_max_early_data BIGINT,
+    token_received      BOOLEAN,
+    token_used          BOOLEAN,
+    zero_rtt            VARCHAR,
+    session_resumed     BOOLEAN,
+    resumed_outcome     VARCHAR,
+    resumed_cid_tag     VARCHAR,
+    resumed_handshake_ms DOUBLE,
+    resumed_ttfb_ms     DOUBLE,
+    resumed_http_status INTEGER,
+    resumed_response_bytes BIGINT,
+    amplification_factor DOUBLE,
+    server_waited_for_validation BOOLEAN,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 

@@ -78,7 +78,7 @@ from quicack.model import QuicackError
 
 #: quicack's own servers, by the name a ``testbed_runs`` row gives them, and their serve mode
 SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "iack-ping",
-                 "serve-careful-resume": "wfc"}
+                 "serve-careful-resume": "wfc", "serve-iack-uncounted": "iack-uncounted"}
 #: quicack's servers whose congestion controller is not aioquic's New Reno
 SERVE_CONGESTION = {"serve-careful-resume": "careful-resume"}
 #: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients

@@ -35,8 +35,9 @@ no_application_protocol), ``retry`` (a Retry packet, then wfc) and ``vn`` (QUIC 
 ``extra_delay_ms`` delays every datagram the listener sends (a longer return path; loopback has
 no netem). The ``server`` response header names the behaviour, so a probe records what it met.
 For the testbed: ``cert_chain_length`` sends a chain of that many certificates (a longer first
-flight, :func:`quicack.lab.certificate.chain`), ``response_bytes`` or a path ``/N`` makes the
-response body N bytes long, and PTO expiries are logged (:mod:`quicack.lab.ptolog`).
+flight), ``response_bytes`` or a path ``/N`` makes the response body N bytes long, PTO expiries
+are logged (:mod:`quicack.lab.ptolog`); every mode issues session tickets allowing 0-RTT and
+accepts it unless ``zero_rtt`` is off (:mod:`quicack.lab.tickets`, :mod:`quicack.lab.earlydata`).
 """
 
 from __future__ import annotations
@@ -64,12 +65,11 @@ from aioquic.tls import Epoch
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from quicack.lab import ackrequest, carefulcc, certificate
+from quicack.lab import ackrequest, carefulcc, certificate, earlydata, iackbudget, tickets
 from quicack.lab.ptolog import LoggedPto
 from quicack.lab.servechild import Child  # noqa: F401  (where callers have found it)
 from quicack.core import recovery
-from quicack.scan import rxtime
-from quicack.scan import targets
+from quicack.scan import rxtime, targets
 from quicack.lab.modes import SERVE_MODES as MODES  # ACK behaviours a listener can have (module docstring)
 from quicack.model import QuicackError
 
@@ -77,8 +77,7 @@ from quicack.model import QuicackError
 #: RFC 9002 §6.2.2: "This results in handshakes starting with a PTO of 1 second"
 #: (:data:`quicack.core.recovery.FIRST_PTO_MS`).  aioquic's PTO before any RTT sample is twice its
 #: ``initial_rtt`` (default 100 ms: 200 ms), so a listener whose return path is longer than that
-#: (``extra_delay_ms``) would resend its whole first flight before the client's ACK could
-#: arrive; like the scanner, a listener starts with the RFC's 1 s PTO.
+#: (``extra_delay_ms``) would resend its first flight before the client's ACK could arrive.
 INITIAL_RTT_S = recovery.FIRST_PTO_MS / 1000.0 / 2
 MAX_RESPONSE_BYTES = 64 << 20  # the longest response body a path /N may ask for
 
@@ -86,7 +85,6 @@ MAX_RESPONSE_BYTES = 64 << 20  # the longest response body a path /N may ask for
 @dataclass(frozen=True)
 class ListenerSpec:
     """One UDP listener: where, and how it behaves."""
-
     host: str
     port: int
     mode: str = "wfc"
@@ -105,6 +103,8 @@ class ListenerSpec:
     #: aioquic's congestion controller: reno (slow start), cubic or careful-resume (:mod:`carefulcc`)
     congestion: str = "reno"
     request_ack_frequency: tuple[int, float] | None = None  # (N, ms): :mod:`quicack.lab.ackrequest`
+    #: session tickets allowing early data, 0-RTT accepted (quicack.lab.tickets); off: no tickets
+    zero_rtt: bool = True
 
     def describe(self) -> str:
         return (f"{self.host}:{self.port} mode {self.mode}, cert delay {self.cert_delay_ms:g} ms, "
@@ -120,7 +120,7 @@ def load_config(path: str | Path) -> list[ListenerSpec]:
     """Listeners from a TOML file: ``[[listener]]`` tables with ``listen`` (or ``listen = [..]``),
     ``mode``, ``cert_delay_ms``, ``extra_delay_ms``, ``ack_delay_exponent``, ``ack_delay_ms``,
     ``server_header``, ``cert_chain_length``, ``response_bytes``, ``congestion``,
-    ``request_ack_frequency``."""
+    ``request_ack_frequency``, ``zero_rtt``."""
     from quicack.scan.campaign import read_toml
 
     doc = read_toml(path)
@@ -163,7 +163,8 @@ def self_signed(common_name: str = "quicack-serve") -> tuple[x509.Certificate, e
 
 # --- the connection -------------------------------------------------------------------------
 
-class ServerConnection(LoggedPto, ackrequest.AckFrequencyRequest, QuicConnection):
+class ServerConnection(earlydata.EarlyDataBuffer, iackbudget.UncountedInstantAck, LoggedPto,
+                       ackrequest.AckFrequencyRequest, QuicConnection):
     """aioquic's server connection with a chosen first-flight behaviour (see module docstring)."""
 
     def __init__(self, *, spec: ListenerSpec, **kwargs):
@@ -172,10 +173,10 @@ class ServerConnection(LoggedPto, ackrequest.AckFrequencyRequest, QuicConnection
         self._local_ack_delay_exponent = spec.ack_delay_exponent
         self._ack_delay = spec.ack_delay_ms / 1000.0
         self._hold_s = spec.cert_delay_ms / 1000.0
-        self._instant = spec.mode in ("iack", "iack-ping")
+        self._instant = spec.mode in ("iack", "iack-ping", iackbudget.UNCOUNTED_MODE)
         #: (frame_type, offset, data) of Initial CRYPTO frames not yet given to TLS
         self._held: list[tuple[int, int, bytes]] = []
-        self._holding = spec.mode in ("wfc", "iack", "iack-ping", "retry", "close", "alert")
+        self._holding = spec.mode in ("wfc", "iack", "iack-ping", iackbudget.UNCOUNTED_MODE, "retry", "close", "alert")
         self.release_at: float | None = None
         self.instant_ack_sent = False
 
@@ -429,7 +430,6 @@ def _read_with_timestamps(sock: socket.socket, listener: QuicServer, clock: _Rec
 @dataclass
 class Running:
     """Listeners started by :func:`start`; ``close()`` stops them."""
-
     specs: list[ListenerSpec]
     servers: list[QuicServer] = field(default_factory=list)
     #: each listener's trust anchor (the root of its chain; the leaf itself when self-signed), by port
@@ -510,7 +510,7 @@ async def start(specs: Iterable[ListenerSpec], qlog_dir: str | Path | None = Non
             running.close()
             raise QuicackError(f"cannot listen on {spec.host}:{spec.port}: {e.strerror}") from None
         server = _Listener(spec=spec, configuration=config, create_protocol=make_protocol,
-                           retry=spec.mode == "retry")
+                           retry=spec.mode == "retry", **tickets.handlers(spec.zero_rtt))
         server.connection_made(_UdpTransport(sock, loop))
         loop.add_reader(sock.fileno(), _read_with_timestamps, sock, server, clock)
         running.servers.append(server)

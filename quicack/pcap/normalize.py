@@ -56,6 +56,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     unsplit = _packets(con)
     _insert_parameters(con)
     _insert_events(con)
+    _insert_datagrams(con)
     _insert_connections(con, file_id)
     _insert_issues(con, file_id)
     malformed, gso = _insert_capture(con, file_id, staged)
@@ -129,6 +130,19 @@ def _insert_events(con) -> None:
                p.frame_number, p.eliciting, p.frame_count
         FROM pk p JOIN cstart c USING (connection_id)
         WHERE {_KEPT}""")
+
+
+def _insert_datagrams(con) -> None:
+    """The datagrams table: each datagram's whole UDP payload (RFC 9000 §8.1 counts it all,
+    padding and coalesced packets included).  GSO super-frames are left out: their size is
+    several datagrams'."""
+    con.execute("""INSERT INTO datagrams
+        SELECT m.connection_id, d.frame_number, (d.epoch_ns - c.first_ns) / 1e6, m.sender,
+               d.udp_payload_bytes, count(p.idx), coalesce(string_agg(p.packet_type, ',' ORDER BY p.idx), ''), 'udp'
+        FROM c_dgram d JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
+        LEFT JOIN c_pkt p USING (frame_number)
+        WHERE NOT m.gso AND d.udp_payload_bytes IS NOT NULL
+        GROUP BY ALL""")
 
 
 def _insert_connections(con, file_id: int) -> None:

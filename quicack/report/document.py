@@ -5,7 +5,9 @@ million probes still gives a report of a few MB: CDFs are quantiles, scatter plo
 histograms), turns each result into a plotly figure or an HTML table, and writes one page of
 sections — overview, handshakes, scan (when the store holds probes), testbed (when it holds
 ``testbed_runs`` rows, :mod:`quicack.report.testbed`), Careful Resume (when it holds logged phase
-changes: TTLB speedups and phase timelines, :mod:`quicack.report.resume`), ACK policy of transfers, and a
+changes: TTLB speedups and phase timelines, :mod:`quicack.report.resume`), the ACK-policy
+experiments (:mod:`quicack.report.ackexperiment`), resumption, 0-RTT and the anti-amplification
+limit (:mod:`quicack.report.validation`), ACK policy of transfers, and a
 bounded number of per-connection sections linked from the overview (handshake sequence diagram,
 RTT/PTO replay next to logged values, congestion window).  Every string that came from a trace or
 a server is HTML-escaped in tables and in plot labels; figure JSON is embedded with ``<``/``/``
@@ -26,6 +28,7 @@ from quicack.report import peers as peerviews
 from quicack.report import resume as resumereport
 from quicack.report import scans as scanreport
 from quicack.report import testbed as testbedreport
+from quicack.report import validation as validationreport
 from quicack.report.page import CDF_POINTS, CLASS_COLOURS, CLASS_ORDER, Page, cdf, cdf_figure, display, esc
 from quicack.store.database import Store
 
@@ -65,6 +68,8 @@ def write_report(store: Store, out: str | Path, *, now: datetime, title: str = "
         resumereport.resume_sections(store, page)
     if ackexperiment.has_ack_policy_runs(store):  # ACK-policy experiments (ack_policy_runs)
         ackexperiment.ack_experiment_sections(store, page)
+    if validationreport.has_validation(store):  # address_validation rows (issue 29)
+        validationreport.validation_sections(store, page)
     _ack_policy(store, page)
     report.connections = _connections(store, page, max_connections)
     counts = store.sql("SELECT (SELECT count(*) FROM files) AS files, (SELECT count(*) FROM connections) AS c").row(0)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import orjson
 
 from quicack.core import cidtag
-from quicack.scan import probe
+from quicack.scan import probe, resumption
 from quicack.scan.options import Job, ScanOptions
 
 
@@ -103,11 +103,16 @@ class Executor:
                 if self.stopping:
                     return
                 previous_start = time.monotonic()
-                result = await probe.run(self._spec(job, rep))
+                extra = {}
+                if opts.resumption:
+                    result, extra = await resumption.run_pair(
+                        self._spec(job, rep), resumption.resumed_cids(self.run_tag, job.target_index, rep))
+                else:
+                    result = await probe.run(self._spec(job, rep))
                 self.last_probe[job.address] = time.monotonic()
             trace_json = orjson.dumps(result.trace) if result.trace is not None else None
             result.trace = None
-            self.deliver(probe_row(result, job, schedule, opts.split_clienthello, self.worker),
+            self.deliver(probe_row(result, job, schedule, opts.split_clienthello, self.worker) | extra,
                          trace_json, result.keylog)
         if len(self.last_probe) > 100_000:  # bounded: forget addresses idle for long
             cutoff = time.monotonic() - opts.cold_idle_s
@@ -138,6 +143,6 @@ class Executor:
 
 
 def probe_row(result: probe.ProbeResult, job: Job, schedule: str, split: int, worker: int) -> dict:
-    row = {k: v for k, v in vars(result).items() if k not in ("trace", "keylog")}
+    row = {k: v for k, v in vars(result).items() if k not in ("trace", "keylog", "session_ticket", "token")}
     row.update(rank=job.rank, schedule=schedule, split_clienthello=split, worker=worker)
     return row

@@ -47,6 +47,9 @@ class ScanOptions:
     #: how the client acknowledges application data: aioquic, ratio:N, custura, ack-frequency
     #: (:mod:`quicack.core.ackschedule`)
     ack_policy: str = "aioquic"
+    #: each probe a pair: a full handshake keeping the session ticket and NEW_TOKEN, then a
+    #: resumed connection offering 0-RTT (quicack.scan.resumption)
+    resumption: bool = False
     resolve: dict = field(default_factory=dict)
     hosts_file: str | None = None
     family: str = "any"  # '4', '6', 'any'

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import socket
 import ssl
 import time
@@ -78,6 +79,10 @@ class ProbeSpec:
     receive_window: int | None = None
     #: how the client acknowledges application data (:func:`quicack.core.ackschedule.make`)
     ack_policy: str = "aioquic"
+    #: resume this TLS session (aioquic ``SessionTicket``): the GET goes in 0-RTT when the ticket
+    #: allows early data; ``token``: a NEW_TOKEN to send in the Initial (quicack.scan.resumption)
+    session_ticket: object | None = None
+    token: bytes = b""
 
 
 @dataclass
@@ -116,6 +121,13 @@ class ProbeResult:
     clienthello_packets: int | None = None
     datagrams_sent: int = 0
     datagrams_received: int = 0
+    #: what the server gave for a later connection (NewSessionTicket, NEW_TOKEN) and, when this
+    #: connection resumed one, whether it did and whether the server accepted its 0-RTT data
+    session_ticket: object | None = field(default=None, repr=False)
+    token: bytes = field(default=b"", repr=False)
+    session_resumed: bool | None = None
+    early_data_offered: bool = False
+    early_data_accepted: bool | None = None
     #: the qlog trace (a dict in aioquic's 0.3 layout) and the NSS key log lines
     trace: dict | None = field(default=None, repr=False)
     keylog: str = field(default="", repr=False)
@@ -144,6 +156,8 @@ def _configuration(spec: ProbeSpec, keylog: _KeyLog) -> QuicConfiguration:
         config.max_data = config.max_stream_data = spec.receive_window
     if spec.keep_qlog:
         config.quic_logger = TraceLogger()
+    config.session_ticket = spec.session_ticket
+    config.token = spec.token
     return config
 
 
@@ -187,7 +201,8 @@ class Probe:
         self.sock = sock
         self.loop.add_reader(sock.fileno(), self._readable)
         config = _configuration(spec, self.keylog)
-        quic = acking.connection_class(spec.ack_policy)(configuration=config)
+        quic = acking.connection_class(spec.ack_policy)(configuration=config, session_ticket_handler=self._keep_ticket,
+                                                        token_handler=self._keep_token)
         if spec.ack_policy != "aioquic":
             quic.ack_schedule = ackschedule.make(spec.ack_policy)
         quic.split_clienthello = spec.split_clienthello
@@ -203,7 +218,20 @@ class Probe:
         self.t0 = self.loop.time()
         quic.connect((spec.address, spec.port), now=self.t0)
         self._arm_deadline(spec.first_response_timeout_s)
+        if getattr(spec.session_ticket, "max_early_data_size", None) and quic.tls.session_ticket is not None:
+            # RFC 9001 §4.6.1: early data once the ticket allows it; the GET rides the first flight
+            self.result.early_data_offered = True
+            if spec.alpn == "h3":
+                self.h3 = H3Connection(quic)
+                self.h3._quic_logger = None
+            self._request()
         self._transmit()
+
+    def _keep_ticket(self, ticket) -> None:
+        self.result.session_ticket = ticket
+
+    def _keep_token(self, token: bytes) -> None:
+        self.result.token = token
 
     # --- I/O -------------------------------------------------------------------------------
 
@@ -270,7 +298,12 @@ class Probe:
 
     def _transmit(self) -> None:
         quic = self.quic
-        for data, _addr in quic.datagrams_to_send(now=self.loop.time()):
+        trace = self.trace
+        logged = len(trace._events) if trace is not None else 0
+        datagrams = quic.datagrams_to_send(now=self.loop.time())
+        if trace is not None and datagrams:
+            stamp_datagrams(trace._events, logged, [len(d) for d, _ in datagrams], self.result.datagrams_sent)
+        for data, _addr in datagrams:
             try:
                 if not self.result.datagrams_sent:
                     # probe times count from the moment the first Initial leaves, not from
@@ -327,14 +360,16 @@ class Probe:
         while (event := quic.next_event()) is not None:
             if isinstance(event, qe.ProtocolNegotiated):
                 r.alpn = event.alpn_protocol
-                if self.spec.alpn == "h3":
+                if self.spec.alpn == "h3" and self.h3 is None:
                     self.h3 = H3Connection(quic)
                     self.h3._quic_logger = None  # no HTTP/3 events in the probe's qlog (CPU)
             elif isinstance(event, qe.HandshakeCompleted):
                 r.handshake_ms = (self.loop.time() - self.t0) * 1000.0
                 self.phase = "response"
                 self._arm_deadline(self.spec.response_timeout_s)
-                self._request()
+                r.session_resumed, r.early_data_accepted = event.session_resumed, event.early_data_accepted
+                if self.stream_id is None:
+                    self._request()
             elif isinstance(event, qe.ConnectionTerminated):
                 self._terminated(event)
                 return
@@ -453,6 +488,27 @@ class Probe:
             if part is not None:
                 part.__dict__.clear()
         self.done.set_result(r)
+
+
+def stamp_datagrams(events: list, first: int, sizes: list[int], sent_before: int) -> None:
+    """Name the datagram of each packet aioquic just logged as sent (it logs every packet of a
+    batch before any datagram leaves) and log each datagram's UDP payload: packets fill datagrams
+    in order, a datagram ending where the next packet would not fit (the client pads *after* its
+    Initial packet); a datagram longer than its packets gets a ``datagrams_sent`` event with its
+    payload.  The store then counts whole datagrams (``datagrams``, RFC 9000 §8.1)."""
+    sent = [e for e in itertools.islice(events, first, None) if e["name"] == "transport:packet_sent"]
+    t = sent[-1]["time"] if sent else (events[-1]["time"] if events else 0.0)
+    k, used = 0, [0] * len(sizes)
+    for event in sent:
+        size = event["data"].get("raw", {}).get("length", 0)
+        while k < len(sizes) - 1 and used[k] and used[k] + size > sizes[k]:
+            k += 1
+        event["data"]["datagram_id"] = sent_before + k
+        used[k] += size
+    # (only where the datagram is more than its packets: padding after them; the qlog stays small)
+    events.extend({"name": "transport:datagrams_sent", "time": t,
+                   "data": {"count": 1, "raw": [{"payload_length": n}], "datagram_ids": [sent_before + i]}}
+                  for i, n in enumerate(sizes) if n != used[i])
 
 
 def _describe_tls(quic: ScanConnection, r: ProbeResult) -> None:

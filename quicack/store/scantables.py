@@ -31,6 +31,10 @@ PROBE_COLUMNS = (
     "server_transport_parameters", "clienthello_bytes", "clienthello_packets",
     "split_clienthello", "datagrams_sent", "datagrams_received", "qlog_path", "qlog_trace_index",
     "qlog_sha256", "keylog_path", "connection_id", "worker",
+    "ticket_received", "ticket_lifetime_s", "ticket_max_early_data", "token_received", "token_used",
+    "zero_rtt", "session_resumed", "resumed_outcome", "resumed_cid_tag", "resumed_handshake_ms",
+    "resumed_ttfb_ms", "resumed_http_status", "resumed_response_bytes", "amplification_factor",
+    "server_waited_for_validation",
 )
 
 #: Arguments whose change would change the set of (target, repetition) pairs of a run.
@@ -104,6 +108,12 @@ def link_probes(con: duckdb.DuckDBPyConnection, file_id: int, sha256: str) -> No
         WHERE c.file_id = $file_id AND probes.qlog_sha256 = $sha
           AND c.trace_index = probes.qlog_trace_index AND c.vantage = 'client'""",
                 {"file_id": file_id, "sha": sha256})
+    # the first connection's address validation, as the client saw it (schemas/README.md)
+    con.execute("""
+        UPDATE probes SET amplification_factor = a.amplification_factor,
+                          server_waited_for_validation = a.blocked_count > 0
+        FROM connections c JOIN address_validation a USING (connection_id)
+        WHERE c.file_id = $file_id AND probes.connection_id = c.connection_id""", {"file_id": file_id})
 
 
 def unlinked_files(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:

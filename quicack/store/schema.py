@@ -36,20 +36,22 @@ if TYPE_CHECKING:
 #: fraction (0.5 was rounded to 0) or is 2^63 or more; an ACK delay, RTT or timeout below zero; a
 #: time, duration or delta beyond ±1e300 or a string holding NaN/Infinity (was inf/NaN); a number
 #: beyond a double (1e400) refuses the file as NaN does; a header's original_uris that is a string
-#: is one URI (was read character by character).  8 (issue 30): Careful Resume phase events
-#: (``careful_resume_phase_updated`` in every spelling) are read into ``careful_resume_phases``.
+#: is one URI (was read character by character).  8 (issues 29 and 30): tables datagrams and
+#: address_validation (the anti-amplification budget, PTOs per space, 0-RTT), key_waits; Careful
+#: Resume phase events (``careful_resume_phase_updated`` in every spelling) are read into
+#: ``careful_resume_phases``.
 ANALYSIS_VERSION = 8
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
 #: 6 ``careful_resume_phases`` and ``testbed_runs.ttlb_ms`` (Careful Resume), 7 ``ack_policy_runs``
-#: (ACK-policy experiments).
-SCHEMA_VERSION = 7
+#: (ACK-policy experiments), 8 ``datagrams``, ``address_validation`` and ``key_waits`` (issue 29).
+SCHEMA_VERSION = 8
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
                      "dropped_packets", "timers", "other_events", "rtt_samples", "capture_connections",
-                     "careful_resume_phases")
+                     "careful_resume_phases", "datagrams", "address_validation", "key_waits")
 #: Tables holding rows per file besides ``files`` (captures).
 FILE_TABLES = ("capture_files", "capture_issues")
 
@@ -97,10 +99,11 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
 #: 4 → 5: table testbed_runs.  5 → 6: table careful_resume_phases, testbed_runs' Careful Resume
-#: columns.  6 → 7: table ack_policy_runs.
+#: columns.  6 → 7: table ack_policy_runs.  7 → 8: tables datagrams, address_validation, key_waits.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,
                                                                     4: add_missing_columns,
                                                                     5: add_missing_columns,
-                                                                    6: add_missing_columns}
+                                                                    6: add_missing_columns,
+                                                                    7: add_missing_columns}

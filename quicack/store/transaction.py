@@ -32,7 +32,7 @@ from quicack.model import FileResult, QuicackError
 from quicack.pcap import source, staging, tshark
 from quicack.pcap.normalize import normalize as normalize_capture
 from quicack.qlog import normalize, reader, slicing
-from quicack.store import analysis, scantables, settings
+from quicack.store import amplification, analysis, keywaits, scantables, settings
 from quicack.store.schema import ANALYSIS_VERSION, CONNECTION_TABLES, FILE_TABLES
 
 #: Captures with fewer frames than a DuckDB row group holds (122,880 rows) are normalized,
@@ -307,6 +307,8 @@ class Ingest:
                     self._rollback()
                     return unchanged
             analysis.classify_and_replay(self.con, first_connection)
+            amplification.analyze(self.con, first_connection)
+            keywaits.analyze(self.con, first_connection)
             unchanged = self._unchanged(path, digest.value(), reanalyze, keylog, is_capture)
             if unchanged:
                 self._rollback()

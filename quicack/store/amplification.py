@@ -1,0 +1,281 @@
+"""Address validation, the anti-amplification budget, PTOs per space and 0-RTT, per stored connection.
+
+Theory of operation: after a file's rows are normalized and classified (same transaction),
+:func:`analyze` works on every new connection in four steps:
+
+1. ``datagrams``: each UDP datagram with its whole payload.  Captures have it already (the UDP
+   length, written by :mod:`quicack.pcap.normalize`).  A qlog has packets, not datagrams: its
+   packets are grouped by ``packets.datagram_id``; a received datagram takes the payload length of
+   the ``datagrams_received`` event logged just before it (aioquic), which counts padding that is
+   not inside a packet; else the sum of its packets, and a datagram holding an Initial packet
+   sent by the client counts at least 1200 bytes ("Clients MUST ensure that UDP datagrams containing Initial packets
+   have UDP payloads of at least 1200 bytes", RFC 9000 §14.1 — aioquic's client pads *after* its
+   Initial packet and never logs the padding).  ``size_source`` says which.
+2. Per datagram, what the budget needs: a client datagram holding a Handshake packet validates the
+   client's address (RFC 9000 §8.1); a server datagram that is an ACK-only Initial is an instant
+   ACK; a server datagram carrying CRYPTO bytes beyond those it sent before in that space, or more
+   bytes of a stream it had started, carries new data.
+3. :func:`quicack.core.amplification.replay_budget` walks them, in the server's order: a trace
+   not taken at the server (a client's, a capture) is first reordered with the path's RTT: its
+   smallest RTT sample less the ACK delay the server reported (``clock_shift_ms``; NULL and not
+   reordered without a sample) (:func:`quicack.core.amplification.server_order`, ``clock_shift_ms``).  After a Retry the client's next
+   Initial carries the Retry token, and the budget is taken as validated from then (the server
+   issued the token, RFC 9000 §8.1.2).
+4. SQL aggregates: PTO timers set and expired per packet number space (NULL when the trace logs no
+   timers), whether a PTO was armed during the server's first blocked period (server traces with
+   timers: RFC 9002 §6.2.2.1, "If no additional data can be sent, the server's PTO timer MUST NOT
+   be armed until datagrams have been received from the client"), and the 0-RTT packets sent,
+   received, acknowledged, lost and discarded with the outcome they imply.
+
+One ``address_validation`` row per connection.  Exact from a server's trace or a capture; a
+client's trace that does not log its datagrams counts coalesced packets it logged as separate
+datagrams separately (see schemas/README.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+
+from quicack.core.amplification import FULL_DATAGRAM_BYTES, Budget, Datagram, replay_budget, server_order
+from quicack.store.rows import insert
+
+_DATAGRAMS_SQL = f"""
+    INSERT INTO datagrams
+    WITH pk AS (
+        SELECT connection_id, datagram_id, direction, min(time_ms) AS time_ms, min(event_index) AS first_event,
+               any_value(sender) AS sender, sum(coalesce(size_bytes, 0))::INTEGER AS bytes, count(*)::INTEGER AS n,
+               string_agg(packet_type, ',' ORDER BY event_index) AS types,
+               bool_or(packet_type = 'initial') AS has_initial
+        FROM packets
+        WHERE connection_id >= $first
+          AND connection_id NOT IN (SELECT connection_id FROM datagrams WHERE connection_id >= $first)
+        GROUP BY connection_id, datagram_id, direction),
+    ev AS (
+        SELECT connection_id, event_index, event_name LIKE '%datagrams_sent' AS sent,
+               TRY_CAST(data->'raw'->0->>'payload_length' AS INTEGER) AS payload,
+               TRY_CAST(data->'datagram_ids'->>0 AS BIGINT) AS logged_id,
+               coalesce(json_array_length(data->'raw'), 0) AS entries
+        FROM other_events
+        WHERE connection_id >= $first AND (event_name LIKE '%datagrams_received' OR event_name LIKE '%datagrams_sent')),
+    matched AS (
+        -- (received: the first datagram after each event, its packets come right after it)
+        SELECT pk.*, ev.payload, ev.entries,
+               row_number() OVER (PARTITION BY pk.connection_id, ev.event_index ORDER BY pk.first_event) AS nth
+        FROM pk ASOF LEFT JOIN (SELECT * FROM ev WHERE NOT sent) ev
+             ON pk.connection_id = ev.connection_id AND pk.first_event > ev.event_index
+        WHERE pk.direction = 'received'
+        UNION ALL
+        -- (sent: the event naming the datagram, as quicack's scanner logs them)
+        SELECT pk.*, ev.payload, ev.entries, 1
+        FROM pk LEFT JOIN (SELECT * FROM ev WHERE sent AND logged_id IS NOT NULL) ev
+             ON pk.connection_id = ev.connection_id AND pk.datagram_id = ev.logged_id
+        WHERE pk.direction <> 'received')
+    SELECT connection_id, datagram_id, time_ms, sender,
+           CASE WHEN payload IS NOT NULL AND entries = 1 AND nth = 1 THEN payload
+                WHEN has_initial AND sender = 'client' THEN greatest(bytes, {FULL_DATAGRAM_BYTES}) ELSE bytes END,
+           n, types,
+           CASE WHEN payload IS NOT NULL AND entries = 1 AND nth = 1 THEN 'datagram_event'
+                WHEN has_initial AND sender = 'client' AND bytes < {FULL_DATAGRAM_BYTES} THEN 'packets_padded'
+                ELSE 'packets' END
+    FROM matched
+"""
+
+#: per datagram: validates / instant ACK / new data (module docstring, step 2)
+_FLAGS_SQL = """
+    WITH fr AS (
+        SELECT p.connection_id, p.datagram_id, p.event_index, p.sender, p.packet_type,
+               p.packet_number_space AS space, f.position, f.frame_type, f.stream_id,
+               f.offset_bytes + f.length_bytes AS end_bytes
+        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
+        WHERE p.connection_id >= $first),
+    nd AS (
+        SELECT *, max(end_bytes) OVER (PARTITION BY connection_id, sender, space, frame_type, stream_id
+                                      ORDER BY event_index, position
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+        FROM fr)
+    SELECT d.connection_id, d.datagram_id, d.time_ms, d.sender, d.size_bytes, d.size_source,
+           coalesce(bool_or(nd.packet_type = 'handshake'), false) AS validates,
+           coalesce(bool_and(nd.packet_type = 'initial') AND bool_or(nd.frame_type = 'ack')
+                    AND bool_and(nd.frame_type IS NULL OR nd.frame_type IN ('ack', 'padding')), false) AS ack_only,
+           coalesce(bool_or((nd.frame_type = 'crypto' AND nd.space IN ('initial', 'handshake')
+                             AND nd.end_bytes > coalesce(nd.before, 0))
+                            OR (nd.frame_type = 'stream' AND nd.end_bytes > nd.before)), false) AS new_data,
+           coalesce(bool_or(nd.packet_type = 'retry'), false) AS retry
+    FROM datagrams d LEFT JOIN nd USING (connection_id, datagram_id, sender)
+    WHERE d.connection_id >= $first
+    GROUP BY ALL
+    ORDER BY d.connection_id, d.time_ms, d.datagram_id
+"""
+
+#: the path's RTT as the trace shows it at its tightest: an RTT sample less the ACK delay the
+#: server reported (its own turnaround); what moves a client-side view into the server's order
+_PATH_RTT_SQL = """
+    SELECT connection_id, greatest(min(latest_rtt_ms - coalesce(ack_delay_ms, 0)), 0)
+    FROM rtt_samples WHERE connection_id >= $first GROUP BY connection_id
+"""
+
+_PTO_SQL = """
+    SELECT connection_id, list((time_ms, ev, space, delta_ms, pto) ORDER BY event_index) FILTER (WHERE pto OR untyped)
+    FROM (SELECT connection_id, event_index, time_ms, lower(event_type) AS ev, delta_ms,
+                 lower(coalesce(timer_type, '')) IN ('pto', 'probe') AS pto,
+                 -- quic-go names no timer when it cancels its one loss timer (ACK or PTO)
+                 coalesce(timer_type, '') = '' AS untyped,
+                 CASE lower(packet_number_space) WHEN 'initial' THEN 'initial' WHEN 'handshake' THEN 'handshake'
+                      WHEN 'application_data' THEN 'application_data' END AS space
+          FROM timers WHERE connection_id >= $first)
+    GROUP BY connection_id
+"""
+
+#: anything 0-RTT among the new connections (most traces have none: the query below is skipped)
+_ANY_ZERO_RTT_SQL = """
+    SELECT EXISTS (SELECT 1 FROM packets WHERE connection_id >= $first AND packet_type = '0RTT')
+        OR EXISTS (SELECT 1 FROM lost_packets WHERE connection_id >= $first AND packet_type = '0RTT')
+        OR EXISTS (SELECT 1 FROM dropped_packets WHERE connection_id >= $first AND packet_type = '0RTT')
+"""
+
+_ZERO_RTT_SQL = """
+    WITH z AS (SELECT connection_id, direction, packet_number FROM packets
+               WHERE connection_id >= $first AND packet_type = '0RTT'),
+    acked AS (SELECT z.connection_id, count(DISTINCT z.packet_number) AS n
+              FROM z JOIN (SELECT f.connection_id, unnest(f.acked_ranges) AS r
+                           FROM frames f JOIN packets p USING (connection_id, event_index)
+                           WHERE f.connection_id >= $first AND f.frame_type = 'ack' AND p.sender = 'server'
+                             AND p.packet_number_space = 'application_data') a
+                ON a.connection_id = z.connection_id AND z.packet_number BETWEEN a.r[1] AND a.r[2]
+              WHERE z.direction = 'sent' GROUP BY 1)
+    SELECT c.connection_id, coalesce(zs.sent, 0), coalesce(zs.received, 0), coalesce(acked.n, 0),
+           coalesce(l.n, 0), coalesce(d.n, 0), o.connection_id IS NOT NULL
+    FROM (SELECT connection_id FROM connections WHERE connection_id >= $first) c
+    LEFT JOIN (SELECT connection_id, count(*) FILTER (WHERE direction = 'sent') AS sent,
+                      count(*) FILTER (WHERE direction = 'received') AS received FROM z GROUP BY 1) zs USING (connection_id)
+    LEFT JOIN acked USING (connection_id)
+    LEFT JOIN (SELECT connection_id, count(*) AS n FROM lost_packets
+               WHERE connection_id >= $first AND packet_type = '0RTT' GROUP BY 1) l USING (connection_id)
+    LEFT JOIN (SELECT connection_id, count(*) AS n FROM dropped_packets
+               WHERE connection_id >= $first AND packet_type = '0RTT' GROUP BY 1) d USING (connection_id)
+    LEFT JOIN (SELECT DISTINCT connection_id FROM packets
+               WHERE connection_id >= $first AND sender = 'server' AND packet_type = '1RTT') o USING (connection_id)
+"""
+
+
+def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
+    """Fill ``datagrams`` (qlogs) and ``address_validation`` for every connection with id ≥
+    ``first_connection_id`` (caller holds the transaction)."""
+    params = {"first": first_connection_id}
+    con.execute(_DATAGRAMS_SQL, params)
+    vantage = dict(con.execute("SELECT connection_id, vantage FROM connections WHERE connection_id >= ?",
+                               [first_connection_id]).fetchall())
+    if not vantage:
+        return
+    per_connection: dict[int, list[tuple]] = defaultdict(list)
+    for row in con.execute(_FLAGS_SQL, params).fetchall():
+        per_connection[row[0]].append(row[1:])
+    ptos = {cid: [tuple(e.values()) if isinstance(e, dict) else tuple(e) for e in events or ()]
+            for cid, events in con.execute(_PTO_SQL, params).fetchall()}
+    zero = ({row[0]: row[1:] for row in con.execute(_ZERO_RTT_SQL, params).fetchall()}
+            if con.execute(_ANY_ZERO_RTT_SQL, params).fetchall()[0][0] else {})
+    rtts = dict(con.execute(_PATH_RTT_SQL, params).fetchall())
+    rows = []
+    for cid in sorted(vantage):
+        rows_of = per_connection.get(cid, [])
+        datagrams, token = _datagrams(rows_of)
+        shift = 0.0 if vantage[cid] == "server" else rtts.get(cid)
+        if shift:
+            datagrams = server_order(datagrams, shift)
+        budget = replay_budget(datagrams, token)
+        timers = ptos.get(cid)
+        armed = (_pto_armed_while_blocked(budget, [(t, ev) for t, ev, *_ in timers])
+                 if timers is not None and vantage[cid] == "server" else None)
+        rows.append((cid, shift, *_budget_values(budget), armed, *pto_counts(timers),
+                     *_zero_rtt_values(zero.get(cid)), sorted({r[4] for r in rows_of})))
+    insert(con, "address_validation", rows)
+
+
+def _datagrams(rows: list[tuple]) -> tuple[list[Datagram], bool]:
+    """The budget's input from _FLAGS_SQL rows (datagram_id, time, sender, size, source, validates,
+    ack_only, new_data, retry); after a Retry only what follows it, validated by its token."""
+    retry_at = max((i for i, r in enumerate(rows) if r[8]), default=None)
+    if retry_at is not None:
+        rows = rows[retry_at + 1:]
+    datagrams = [Datagram(t, sender, size, validates and sender == "client", ack_only and sender == "server",
+                          new_data and sender == "server")
+                 for _, t, sender, size, _, validates, ack_only, new_data, _ in rows]
+    return datagrams, retry_at is not None
+
+
+def _budget_values(b: Budget) -> tuple:
+    first = b.blocks[0] if b.blocks else None
+    return (b.validated_ms, b.validated_by, b.client_bytes, b.server_bytes, b.client_datagrams,
+            b.server_datagrams, b.factor, b.limit_reached, b.limit_exceeded, b.max_excess_bytes,
+            len(b.blocks), first.start_ms if first else None, first.sent_bytes if first else None,
+            first.received_bytes if first else None, b.blocked_ms,
+            bool(b.blocks and b.blocks[-1].end_ms is None), b.iack_bytes, b.iack_caused_block)
+
+
+#: a re-arming this close after a PTO's deadline means the timer expired (ms; times are logged
+#: with µs precision, the timer fires a little late)
+EXPIRY_TOLERANCE_MS = 1.0
+_SPACES = ("initial", "handshake", "application_data")
+
+
+def pto_counts(timers: list[tuple] | None) -> tuple:
+    """(set, set, set, fired, fired, fired) per space (Initial, Handshake, application) from the
+    trace's timer events (time, event, space, delta, is_pto), in order; all None without timer
+    events.  A PTO fired when an ``expired`` event says so, or — quic-go v0.65 logs no expiry,
+    only the next ``set`` — when a PTO timer event comes at or after the deadline of the PTO
+    armed before it (set time + delta), with no cancellation in between: one expiry in that
+    PTO's space."""
+    if timers is None:
+        return (None,) * 6
+    armed_space, deadline = None, None
+    sets, fired = dict.fromkeys(_SPACES, 0), dict.fromkeys(_SPACES, 0)
+    for t, ev, space, delta, pto in timers:
+        if deadline is not None and t >= deadline - EXPIRY_TOLERANCE_MS and ev != "expired" \
+                and armed_space in fired:
+            fired[armed_space] += 1  # inferred: the armed PTO ran out before this event
+        armed_space, deadline = None, None
+        if not pto:
+            continue  # an untyped cancellation: nothing armed any more
+        if ev == "expired" and space in fired:
+            fired[space] += 1
+        elif ev == "set" and space in sets:
+            sets[space] += 1
+            if delta is not None:
+                armed_space, deadline = space, t + delta
+    return (*(sets[s] for s in _SPACES), *(fired[s] for s in _SPACES))
+
+
+def _pto_armed_while_blocked(b: Budget, timers: list | None) -> bool | None:
+    """Whether a PTO timer was armed during the first blocked period: the last PTO timer event at
+    or before its start was a 'set', or one was set inside it.  None without a block."""
+    if not b.blocks or timers is None:
+        return None
+    start, end = b.blocks[0].start_ms, b.blocks[0].end_ms
+    state = None
+    for entry in timers:
+        t, ev = entry["time_ms"] if isinstance(entry, dict) else entry[0], \
+            entry["ev"] if isinstance(entry, dict) else entry[1]
+        if t <= start:
+            state = ev
+        elif end is None or t < end:
+            if ev == "set":
+                return True
+    return state == "set"
+
+
+def _zero_rtt_values(z: tuple | None) -> tuple:
+    """(sent, received, acked, lost, discarded, outcome): 'accepted' when the server processed or
+    acknowledged a 0-RTT packet, 'rejected' when it discarded them or finished the handshake
+    without acknowledging any, 'not_offered' without any; NULL when the trace cannot tell."""
+    sent, received, acked, lost, discarded, one_rtt = z if z else (0, 0, 0, 0, 0, False)
+    if not (sent or received or lost or discarded):
+        outcome = "not_offered"
+    elif acked or received:
+        outcome = "accepted"
+    elif discarded or one_rtt:
+        outcome = "rejected"
+    else:
+        outcome = None
+    return sent, received, acked, lost, discarded, outcome

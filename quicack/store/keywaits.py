@@ -1,0 +1,97 @@
+"""Packets that waited for keys (``key_waits``) and the peer's RTT samples they inflated.
+
+Theory of operation: after a file is normalized (same transaction), :func:`analyze` reads each new
+connection's ``packet_buffered`` events (``other_events``; quic-go logs them), its received
+packets and the ACK frames it sent, and :func:`quicack.core.keywait.match_waits` pairs each
+buffered packet with its processing and its first ACK; one ``key_waits`` row each.  The receiver's
+max_ack_delay (its own transport parameter, default 25 ms, RFC 9000 §18.2) bounds what the peer
+may subtract.  :func:`inflated_samples` then sets, for a connection whose peer's trace is in the
+store too (the same original destination connection ID, the other vantage point), each wait next
+to the peer's replayed RTT sample for that ACK (``rtt_samples``) and the sample the RFC 9002
+replay gives when the ACK delay counts from receipt.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+
+from quicack.core.keywait import AckSent, Buffered, Received, match_waits
+from quicack.store.rows import insert
+
+#: RFC 9000 §18.2: max_ack_delay when the transport parameter is absent
+DEFAULT_MAX_ACK_DELAY_MS = 25.0
+
+
+def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
+    """Fill ``key_waits`` for every connection with id ≥ ``first_connection_id`` that logged a
+    buffered packet (caller holds the transaction)."""
+    params = {"first": first_connection_id}
+    buffered: dict[int, list[Buffered]] = defaultdict(list)
+    for cid, *row in con.execute("""
+            SELECT connection_id, event_index, time_ms, lower(data->'header'->>'packet_type'),
+                   TRY_CAST(coalesce(data->'raw'->>'length', data->>'packet_size') AS INTEGER)
+            FROM other_events WHERE connection_id >= $first AND event_name LIKE '%packet_buffered'
+            ORDER BY connection_id, event_index""", params).fetchall():
+        buffered[cid].append(Buffered(row[0], row[1], _type(row[2]), row[3]))
+    if not buffered:
+        return
+    ids = sorted(buffered)
+    received: dict[int, list[Received]] = defaultdict(list)
+    for cid, *row in con.execute("""
+            SELECT connection_id, event_index, time_ms, packet_type, size_bytes, packet_number, packet_number_space
+            FROM packets WHERE connection_id IN (SELECT unnest($ids)) AND direction = 'received'
+            ORDER BY connection_id, event_index""", {"ids": ids}).fetchall():
+        received[cid].append(Received(*row))
+    acks: dict[int, list[AckSent]] = defaultdict(list)
+    for cid, event, t, space, largest, ranges, delay in con.execute("""
+            SELECT p.connection_id, p.event_index, p.time_ms, p.packet_number_space, f.largest_acknowledged,
+                   f.acked_ranges, f.ack_delay_ms
+            FROM packets p JOIN frames f USING (connection_id, event_index)
+            WHERE p.connection_id IN (SELECT unnest($ids)) AND p.direction = 'sent' AND f.frame_type = 'ack'
+            ORDER BY p.connection_id, p.event_index""", {"ids": ids}).fetchall():
+        pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
+        acks[cid].append(AckSent(event, t, space, largest, pairs or ((largest, largest),), delay))
+    own = dict(con.execute("""
+        SELECT tp.connection_id, any_value(tp.max_ack_delay_ms)
+        FROM transport_parameters tp JOIN connections c USING (connection_id)
+        WHERE tp.connection_id IN (SELECT unnest($ids)) AND tp.endpoint = c.vantage GROUP BY 1""",
+                       {"ids": ids}).fetchall())
+    rows = []
+    for cid in ids:
+        cap = own.get(cid) or DEFAULT_MAX_ACK_DELAY_MS
+        for w in match_waits(buffered[cid], received[cid], acks[cid], cap):
+            r, a = w.received, w.ack
+            rows.append((cid, w.buffered.event_index, w.buffered.time_ms, w.buffered.packet_type,
+                         w.buffered.size_bytes, r and r.event_index, r and r.time_ms, r and r.packet_number,
+                         r and r.space, w.wait_ms, a and a.event_index, a and a.time_ms, a and a.largest,
+                         a and a.ack_delay_ms, w.ack_delay_from_receipt_ms, w.uncovered_ms, cap,
+                         w.sample_inflation_ms))
+    insert(con, "key_waits", rows)
+
+
+def _type(name: str | None) -> str:
+    """qlog's packet type names as ``packets.packet_type`` has them."""
+    return {"1rtt": "1RTT", "0rtt": "0RTT"}.get(name or "", name or "unknown")
+
+
+def inflated_samples(con: duckdb.DuckDBPyConnection) -> list[dict]:
+    """Each key wait whose ACK gave the peer an RTT sample, next to that sample as the peer's
+    trace replays (RFC 9002, ``rtt_samples``) and the sample with the ACK delay counted from
+    receipt (latest_rtt − ack_delay_from_receipt_ms, uncapped): what the wait cost the estimator."""
+    cur = con.execute("""
+        SELECT w.connection_id AS receiver_connection_id, s.connection_id AS sampler_connection_id,
+               w.packet_type, w.packet_number, w.wait_ms, w.ack_delay_ms, w.ack_delay_from_receipt_ms,
+               w.sample_inflation_ms, s.latest_rtt_ms, s.ack_delay_used_ms, s.adjusted_rtt_ms,
+               s.latest_rtt_ms - w.ack_delay_from_receipt_ms AS from_receipt_rtt_ms,
+               s.smoothed_rtt_ms, s.pto_ms
+        FROM key_waits w
+        JOIN connections r ON r.connection_id = w.connection_id
+        JOIN connections o ON o.odcid = r.odcid AND o.vantage <> r.vantage AND o.vantage IN ('client', 'server')
+        JOIN rtt_samples s ON s.connection_id = o.connection_id AND s.packet_number_space = w.space
+             AND s.largest_acknowledged = w.packet_number
+        WHERE w.sample_inflation_ms IS NOT NULL
+        ORDER BY 1, w.buffered_event_index""")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]

@@ -1,0 +1,40 @@
+"""quicack serve's instant ACK against the 3× budget: counted (``iack``, as RFC 9000 §8.1 wants) or
+not (``iack-uncounted``, for experiments) — read back from each server's own qlog."""
+
+from __future__ import annotations
+
+import time
+
+import duckdb
+
+from quicack import Store
+from quicack.scan import scanner
+from quicack.scan.options import ScanOptions
+from servers import Servers
+
+# 12 certificates: the first flight is far beyond 3 × 1200 B, so both servers use all the budget
+LISTENERS = [("iack", 0, {"cert_chain_length": 12}), ("iack-uncounted", 0, {"cert_chain_length": 12})]
+NAMES = ["counted.test", "uncounted.test"]
+
+
+def test_an_uncounted_instant_ack_lets_the_server_exceed_3x_by_its_size(tmp_path):
+    with Servers(tmp_path, LISTENERS, qlog_dir=tmp_path / "server-qlog") as servers:
+        listing = tmp_path / "list.txt"
+        listing.write_text("".join(n + "\n" for n in NAMES))
+        opts = ScanOptions(str(listing), db=str(tmp_path / "s.duckdb"), allow_private=True, repetitions=1,
+                           resolve={n: (servers.ip(i), servers.port) for i, n in enumerate(NAMES)})
+        assert scanner.scan(opts).outcomes == {"ok": 2}
+        time.sleep(3.5)  # a server writes a connection's qlog when it ends (RFC 9000 §10.2)
+    with Store(opts.db) as store:
+        for path in sorted((tmp_path / "server-qlog").rglob("*.qlog")):
+            store.ingest(path)
+    con = duckdb.connect(opts.db, read_only=True)
+    found = con.execute("""
+        SELECT a.iack_bytes, a.client_bytes_before_validation, a.server_bytes_before_validation,
+               a.limit_exceeded, a.max_excess_bytes, a.blocked_count
+        FROM address_validation a JOIN connections c USING (connection_id) WHERE c.vantage = 'server'
+        ORDER BY a.max_excess_bytes""").fetchall()
+    assert len(found) == 2
+    counted, uncounted = found
+    assert counted[3] is False and counted[2] <= 3 * counted[1] and counted[5] == 1
+    assert uncounted[3] is True and uncounted[4] == uncounted[0] and uncounted[5] == 1
