@@ -36,7 +36,9 @@ def folder(tmp_path):
     """Small real qlogs of several producers and generations, a copy of one, and a broken one."""
     folder = tmp_path / "traces"
     folder.mkdir()
-    sources = sorted(p for p in DATA.rglob("*") if p.suffix in (".qlog", ".sqlog") and p.stat().st_size < 300_000)
+    # (real producers' files: not the one-connection spelling files written by hand for issue 30)
+    sources = sorted(p for p in DATA.rglob("*") if p.suffix in (".qlog", ".sqlog") and p.stat().st_size < 300_000
+                     and "careful-resume" not in p.parts)
     assert len(sources) >= 12
     for i, p in enumerate(sources[:16]):
         shutil.copy(p, folder / f"{i:02d}-{p.name}")
