@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from quicack.lab.modes import SERVE_MODES
+from quicack.lab.modes import CONGESTION_CONTROLLERS, SERVE_MODES
 from quicack.model import QuicackError
 from quicack.terminal import DB_OPTION, console, fail
 
@@ -42,7 +42,7 @@ from quicack.terminal import DB_OPTION, console, fail
               help="Certificates in the server's first flight: the leaf, its issuers, a root.")
 @click.option("--response-bytes", type=click.IntRange(0, None), default=None,
               help="Answer every GET with this many bytes (a path /N asks for N)  [default: one line]")
-@click.option("--congestion", type=click.Choice(("reno", "cubic", "careful-resume")), default="reno",
+@click.option("--congestion", type=click.Choice(CONGESTION_CONTROLLERS), default="reno",
               show_default=True,
               help="aioquic's congestion controller; careful-resume (draft-ietf-tsvwg-careful-resume-24) "
                    "saves each client address's capacity and RTT when a connection ends and resumes "

@@ -40,10 +40,11 @@ from aioquic.quic.congestion.reno import RenoCongestionControl
 from aioquic.quic.packet_builder import QuicSentPacket
 
 from quicack.core import carefulresume as cr
+from quicack.lab.modes import CONGESTION_CONTROLLERS
 
 NAME = "careful-resume"
 #: congestion controllers ``quicack serve --congestion`` offers: aioquic's and this one
-CHOICES = ("reno", "cubic", NAME)
+CHOICES = CONGESTION_CONTROLLERS
 #: Lifetime: "When the path characteristics are known to be dynamic ... a small Lifetime is
 #: desirable (e.g., measured in minutes)"
 LIFETIME_S = 600.0

@@ -24,8 +24,9 @@ from quicack.report.page import Page, esc, has_table
 from quicack.store.database import Store
 
 SLOW_START, CAREFUL_RESUME = "serve-wfc", "serve-careful-resume"
-#: phase timelines drawn at most
+#: phase timelines drawn at most, and the logged metrics drawn at most per timeline
 MAX_TIMELINES = 16
+MAX_POINTS = 3000
 PHASE_COLOURS = {"reconnaissance": "#a6cee3", "unvalidated": "#fdbf6f", "validating": "#ffff99",
                  "normal": "#b2df8a", "safe_retreat": "#fb9a99"}
 
@@ -117,8 +118,12 @@ def timeline_figure(store: Store, cid: int, label: str = "") -> go.Figure | None
                        {"cid": cid}).rows()
     if not phases:
         return None
-    metrics = store.sql("""SELECT time_ms, congestion_window_bytes, bytes_in_flight_bytes FROM logged_metrics
-                           WHERE connection_id = $cid ORDER BY event_index""", {"cid": cid})
+    # (a 15 MB transfer logs ~40,000 metrics: every k-th of them keeps a plot of ~MAX_POINTS)
+    metrics = store.sql(f"""SELECT time_ms, congestion_window_bytes, bytes_in_flight_bytes FROM logged_metrics
+                            WHERE connection_id = $cid
+                            QUALIFY row_number() OVER (ORDER BY event_index) %
+                                    greatest(1, count(*) OVER () // {MAX_POINTS}) = 0
+                            ORDER BY event_index""", {"cid": cid})
     rtt = store.sql("""SELECT time_ms, smoothed_rtt_ms, latest_rtt_ms FROM rtt_samples
                        WHERE connection_id = $cid ORDER BY event_index""", {"cid": cid})
     end = max([phases[-1][0]] + metrics["time_ms"].drop_nulls().to_list() + rtt["time_ms"].to_list())
