@@ -182,7 +182,9 @@ def _over_time(store: Store, runs: pl.DataFrame, label: str) -> go.Figure:
     fig.update_layout(title=esc(f"Forward rate and return datagrams per second ({label}; {BIN_S:g} s bins, "
                                 "first completed repetition)"),
                       xaxis_title="s after the attempt's first datagram", yaxis_title="forward Mbit/s",
-                      yaxis2=dict(title="return datagrams per second", overlaying="y", side="right"))
+                      yaxis2=dict(title="return datagrams per second", overlaying="y", side="right", rangemode="tozero",
+                                  automargin=True),
+                      yaxis=dict(rangemode="tozero"), legend=dict(orientation="h", y=-0.2))
     return fig
 
 

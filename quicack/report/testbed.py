@@ -42,6 +42,9 @@ BOOTSTRAP_SEED = 26
 CONFIDENCE = 0.95
 #: relay datagrams further than this before the attempt's start or after its last packet are not its own
 LADDER_MARGIN_MS = 50.0
+#: the packets a ladder draws at most, the earliest: a ladder is for the handshake and the first
+#: flights; a 10 MB transfer (experiments/ack-policy-*.toml) has ~25,000, whose figure took minutes
+LADDER_MAX_PACKETS = 600
 LADDER_HEIGHT = 900
 #: a label's height in pixels: packets closer in time share one label
 LABEL_PX = 14
@@ -231,6 +234,8 @@ class Ladder:
     packets: pl.DataFrame
     timers: pl.DataFrame
     datagrams: pl.DataFrame
+    #: the attempt's packets in both traces (more than drawn when above LADDER_MAX_PACKETS)
+    total_packets: int = 0
 
 
 def ladder(store: Store, attempt: dict) -> Ladder:
@@ -250,6 +255,8 @@ def ladder(store: Store, attempt: dict) -> Ladder:
         LEFT JOIN frames f USING (connection_id, event_index)
         WHERE p.connection_id IN ($client, $server) AND c.first_event_epoch_ms IS NOT NULL
         GROUP BY ALL ORDER BY t_ms, lane, p.event_index""", ids)
+    total = packets.height
+    packets = packets.head(LADDER_MAX_PACKETS)
     timers = store.sql("""
         SELECT CASE WHEN t.connection_id = $client THEN 'client' ELSE 'server' END AS lane,
                c.first_event_epoch_ms + t.time_ms - $origin AS t_ms, t.packet_number_space
@@ -258,6 +265,8 @@ def ladder(store: Store, attempt: dict) -> Ladder:
           AND lower(t.event_type) = 'expired' AND lower(coalesce(t.timer_type, '')) IN ('pto', 'probe')
         ORDER BY t_ms""", ids)
     last = packets["t_ms"].max() if packets.height else None
+    if total > packets.height:
+        timers = timers.filter(pl.col("t_ms") <= last)
     datagrams = store.sql("""
         SELECT arrival_index, direction, datagram_index, size_bytes, quic_types, dropped_reason,
                time_in_epoch_ms - $origin AS in_ms, time_out_epoch_ms - $origin AS out_ms
@@ -266,7 +275,7 @@ def ladder(store: Store, attempt: dict) -> Ladder:
           AND ($last IS NULL OR time_in_epoch_ms <= $origin + $last + $margin)
         ORDER BY arrival_index""", {"run": attempt["relay_run_id"], "flow": attempt["relay_flow"],
                                     "origin": ids["origin"], "margin": LADDER_MARGIN_MS, "last": last})
-    return Ladder(packets, timers, datagrams)
+    return Ladder(packets, timers, datagrams, total)
 
 
 # --- the section -----------------------------------------------------------------------------
@@ -460,7 +469,9 @@ def ladder_figure(data: Ladder, attempt: dict) -> go.Figure:
     fig.update_layout(
         title=esc(f"{attempt['scenario']}, {attempt['one_way_delay_ms']:g} ms one way, {attempt['server']} ← "
                   f"{attempt['client']}: repetition {attempt['repetition']} (median TTFB of {attempt['n']}); "
-                  f"drop lists: {drops}"),
+                  f"drop lists: {drops}"
+                  + (f"; its first {data.packets.height} of {data.total_packets} packets"
+                     if data.total_packets > data.packets.height else "")),
         xaxis=dict(tickvals=list(LANE.values()), ticktext=list(LANE), range=[-1.5, 2.5], side="top",
                    showgrid=False, zeroline=False),
         yaxis=dict(autorange="reversed", title="ms since the client's first Initial", zeroline=False,

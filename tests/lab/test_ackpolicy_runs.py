@@ -18,12 +18,14 @@ from pathlib import Path
 
 import duckdb
 import orjson
+import polars as pl
 import pytest
 
 from quicack import Store
 from quicack.lab import ackpolicyruns, endpoints, runner, serve
 from quicack.lab.relay import RelayConfig, RelayProcess
 from quicack.pcap import dumpcap
+from quicack.report import testbed
 from quicack.report.document import write_report
 from quicack.scan import batches
 
@@ -183,3 +185,19 @@ def test_the_report_shows_table_iii_and_the_figures(tiny):
     # IPv4 sizes: an ACK-only 1-RTT datagram of aioquic is ~33 bytes of UDP payload, 61 on the wire
     assert {trace["name"].split(" ")[0] for trace in sizes["data"]} == {"ratio:2", "ratio:10", "ack-frequency"}
     assert all(50 <= trace["x"][len(trace["x"]) // 2] <= 80 for trace in sizes["data"])
+
+
+def test_a_long_attempts_ladder_draws_its_first_packets(tiny, monkeypatch):
+    """A ladder is for the handshake and first flights: of a 150 kB transfer (~250 packets in the two
+    traces) it draws the earliest LADDER_MAX_PACKETS, and the relay's datagrams of that time."""
+    db, _ = tiny
+    monkeypatch.setattr(testbed, "LADDER_MAX_PACKETS", 100)
+    with Store(db) as store:
+        attempt = testbed.representatives(store).filter(pl.col("scenario") == "ratio-2").row(0, named=True)
+        data = testbed.ladder(store, attempt)
+    assert data.packets.height == 100 and data.total_packets > 200
+    assert data.packets["t_ms"].to_list() == sorted(data.packets["t_ms"].to_list())
+    last = data.packets["t_ms"].max()
+    assert 0 < data.datagrams.height < 200 and data.datagrams["in_ms"].max() <= last + testbed.LADDER_MARGIN_MS
+    title = testbed.ladder_figure(data, attempt).layout.title.text
+    assert title.endswith(f"its first 100 of {data.total_packets} packets")
