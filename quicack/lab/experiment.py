@@ -81,6 +81,9 @@ SERVE_SERVERS = {"serve-wfc": "wfc", "serve-iack": "iack", "serve-iack-ping": "i
                  "serve-careful-resume": "wfc", "serve-iack-uncounted": "iack-uncounted"}
 #: quicack's servers whose congestion controller is not aioquic's New Reno
 SERVE_CONGESTION = {"serve-careful-resume": "careful-resume"}
+#: the servers of an experiment that names none: seed 000's three (not Careful Resume, nor the
+#: instant ACK that breaks the anti-amplification limit on purpose)
+DEFAULT_SERVERS = ("serve-wfc", "serve-iack", "serve-iack-ping")
 #: clients: quicack's aioquic client (the scanner's probe), then real stacks' clients
 CLIENTS = ("quicack", *stackclients.CLIENTS)
 
@@ -458,7 +461,7 @@ def load(path: str | Path) -> Experiment:
     name = doc.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise reader.fail(f"name {name!r}: expected a text", "name")
-    chosen = reader.names(doc, "servers", tuple(k for k in SERVE_SERVERS if k not in SERVE_CONGESTION),
+    chosen = reader.names(doc, "servers", DEFAULT_SERVERS,
                           server_names())
     clients = reader.names(doc, "clients", CLIENTS[:1], CLIENTS)
     delays = reader.delays(doc, [0.0])

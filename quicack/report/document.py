@@ -268,7 +268,11 @@ def _connection(store: Store, page: Page, cid: int) -> None:
     fig = _rtt_figure(store, cid)
     if fig is not None:
         page.figure(fig)
-    fig = _cwnd_figure(store, cid)
+    # a connection that logged Careful Resume phases: its cwnd with the phases and the replayed RTT
+    fig = resumereport.timeline_figure(store, cid, f"connection {cid}")
+    if fig is not None:
+        page.figure(fig)
+    fig = _cwnd_figure(store, cid) if fig is None else None
     if fig is not None:
         page.figure(fig, height=300)
 

@@ -204,8 +204,9 @@ def test_an_ack_policy_and_a_path_label_per_scenario_or_for_all(tmp_path):
                               'request_ack_frequency = [10, 25]')
     exp = experiment.load(write(tmp_path, text))
     assert {(c.scenario.name, c.ack_policy, c.scenario.path, c.listener) for c in exp.cells()} == {
-        ("plain", "ratio:2", "geo", ("wfc", 0.0, 1, None)), ("plain", "ratio:2", "geo", ("iack", 0.0, 1, None)),
-        ("lossy", "ack-frequency", "lossy-geo", ("iack", 0.0, 1, (10, 25.0)))}
+        ("plain", "ratio:2", "geo", ("wfc", 0.0, 1, "reno", None)),
+        ("plain", "ratio:2", "geo", ("iack", 0.0, 1, "reno", None)),
+        ("lossy", "ack-frequency", "lossy-geo", ("iack", 0.0, 1, "reno", (10, 25.0)))}
 
 
 @pytest.mark.parametrize("change, line, message", [

@@ -52,3 +52,6 @@ def test_timeline_draws_a_band_per_logged_phase(store, tmp_path):
     report = write_report(store, tmp_path / "r.html", now=datetime(2026, 11, 26))
     assert "Careful Resume: time to last byte and phases" in report.sections
     assert f"Connection {cid}: logged Careful Resume phases" in report.sections
+    # and in the connection's own section, in place of its plain cwnd plot
+    html = report.path.read_text()
+    assert f"Careful Resume phases — connection {cid}" in html
