@@ -104,9 +104,8 @@ RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to
 SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 #: the earlier connection and the client's flow-control limits (module docstring)
 PRIME_KEYS = ("prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
-SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client",
-                 "drop_to_server", "ack_policy", "path", "request_ack_frequency") + SERVER_KEYS + RELAY_KEYS
-SCENARIO_KEYS += PRIME_KEYS
+SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client", "drop_to_server",
+                 "ack_policy", "path", "request_ack_frequency", *SERVER_KEYS, *RELAY_KEYS, *PRIME_KEYS)
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
