@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-import polars as pl
 import pytest
 
-from quicack import Store
 from quicack.lab import peers
 from quicack.report import peers as peerviews
 from quicack.store.compare import compare_connections
 
-REPO = Path(__file__).resolve().parents[2]
-REPETITIONS = 3
-LARGE_NAME, LARGE_SIZE = peers.LARGE_FILE
+from peerscan import (LARGE_SIZE, REPETITIONS, connection,
+                      first_server_datagram, scan_peer)
 
 
 @dataclass(frozen=True)
@@ -80,53 +75,13 @@ STACKS = {
 NEW = [name for name in STACKS if name in peers.PEERS]
 
 
-@dataclass
-class Scanned:
-    name: str
-    store: Store
-    probes: pl.DataFrame
-    pcap: Path
-
-
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quicack", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module", params=NEW)
 def scanned(request, tmp_path_factory, tshark):
     """One stack scanned like a user would: `quicack scan` while it runs, then `quicack analyze`
     of the capture (the scan's key log) and of the peer's own qlog into the same store."""
-    name = request.param
-    work = tmp_path_factory.mktemp(name)
-    domain = peers.probe_domain(name)
-    (work / "list.txt").write_text(domain + "\n")
-    db, pcap = work / "scan.duckdb", work / "scan.pcapng"
-    with peers.start(name, work / "peer") as run:
-        scan = _cli("scan", work / "list.txt", "--db", db, "-n", REPETITIONS, "--spacing-s", "0.2",
-                    "--path", f"/{LARGE_NAME}", "--pcap", pcap, "--resolve", f"{domain}=127.0.0.1:{run.port}",
-                    "--allow-private", "--alpn", peers.PEERS[name].alpn, "-q")
-    assert scan.returncode == 0, scan.stdout + scan.stderr
-    keylog = work / "scan-scans" / "list" / "sslkeylog.txt"
-    analyze = _cli("analyze", pcap, *run.qlog_files(), "--db", db, "--keylog", keylog, "-q")
-    assert analyze.returncode == 0, analyze.stdout + analyze.stderr
-    store = Store(db, read_only=True)
-    yield Scanned(name, store, peerviews.peer_probes(store), pcap)
-    store.close()
-
-
-def _connection(store: Store, connection_id: int) -> dict:
-    return store.sql(f"SELECT * FROM connections WHERE connection_id = {connection_id}").to_dicts()[0]
-
-
-def _first_server_datagram(store: Store, connection_id: int) -> list[dict]:
-    return store.sql(f"""
-        SELECT p.packet_type, p.packet_number, p.size_bytes,
-               list(f.frame_type ORDER BY f.position) FILTER (WHERE f.frame_type IS NOT NULL) AS frames
-        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
-        WHERE p.connection_id = {connection_id} AND p.sender = 'server' AND p.datagram_id = (
-            SELECT min(datagram_id) FROM packets WHERE connection_id = {connection_id} AND sender = 'server')
-        GROUP BY p.event_index, p.packet_type, p.packet_number, p.size_bytes ORDER BY p.event_index""").to_dicts()
+    scanned = scan_peer(request.param, tmp_path_factory.mktemp(request.param))
+    yield scanned
+    scanned.store.close()
 
 
 def test_scan_fetches_the_file_with_the_stacks_alpn(scanned):
@@ -156,10 +111,10 @@ def test_every_view_has_the_stacks_class(scanned):
     expect = STACKS[scanned.name]
     for probe in scanned.probes.iter_rows(named=True):
         for cid in (probe["client_cid"], probe["capture_cid"]):
-            conn = _connection(scanned.store, cid)
+            conn = connection(scanned.store, cid)
             assert (conn["handshake_class"], conn["handshake_reason"]) == expect.wire_class, conn
         if expect.server_class is not None:
-            conn = _connection(scanned.store, probe["server_cid"])
+            conn = connection(scanned.store, probe["server_cid"])
             assert conn["vantage"] == "server" and conn["implementation"] == scanned.name
             assert (conn["handshake_class"], conn["handshake_reason"]) == expect.server_class, conn
 
@@ -167,14 +122,15 @@ def test_every_view_has_the_stacks_class(scanned):
 def test_views_agree_on_the_first_server_flight(scanned):
     expect = STACKS[scanned.name]
     for probe in scanned.probes.iter_rows(named=True):
-        client = _first_server_datagram(scanned.store, probe["client_cid"])
-        capture = _first_server_datagram(scanned.store, probe["capture_cid"])
+        client = first_server_datagram(scanned.store, probe["client_cid"])
+        capture = first_server_datagram(scanned.store, probe["capture_cid"])
         assert tuple(p["packet_type"] for p in client) == expect.first_datagram, client
-        assert capture == client
+        ident = [(p["packet_type"], p["packet_number"], p["size_bytes"]) for p in client]
+        assert [(p["packet_type"], p["packet_number"], p["size_bytes"]) for p in capture] == ident
+        assert [p["frames"] for p in capture] == [p["frames"] for p in client]
         if probe["server_cid"] is None:
             continue
-        server = _first_server_datagram(scanned.store, probe["server_cid"])
-        ident = [(p["packet_type"], p["packet_number"], p["size_bytes"]) for p in client]
+        server = first_server_datagram(scanned.store, probe["server_cid"])
         got = [(p["packet_type"], p["packet_number"], p["size_bytes"]) for p in server]
         assert got == (ident if expect.server_datagrams else ident[:1])
 
@@ -220,7 +176,7 @@ def test_first_ack_delay_per_repetition(scanned, text_report):
         else:
             assert row["initial_ack_delay_ms"] == expect.initial_ack, row
         assert row["handshake_class"] == expect.wire_class[0]
-        client = _connection(scanned.store, probe["client_cid"])
+        client = connection(scanned.store, probe["client_cid"])
         assert client["first_ack_delay_ms"] == pytest.approx(row["initial_ack_delay_ms"], abs=0.008)
         assert row["turnaround_ms"] > 0
     if expect.ack_delay_scale > 1:

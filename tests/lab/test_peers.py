@@ -21,10 +21,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -34,9 +30,9 @@ from quicack.lab import peers
 from quicack.report import peers as peerviews
 from quicack.store.compare import compare_connections
 
-REPO = Path(__file__).resolve().parents[2]
-REPETITIONS = 3
-LARGE_NAME, LARGE_SIZE = peers.LARGE_FILE
+from peerscan import (LARGE_NAME, LARGE_SIZE, REPETITIONS, REPO, cli, connection,
+                      first_server_datagram, scan_peer)
+
 
 #: The first datagram the server sends, as the scanner's client qlog logs it: per packet, its
 #: type and its frames in order (runs of one type as one; padding included), and frames that may
@@ -65,54 +61,13 @@ SERVER_CLASS = {"caddy": None, "ngtcp2": ("wfc", "ack_with_server_hello"),
 FIRST_ACK = {"caddy": (0.0, 0.0), "ngtcp2": (0.0, None), "quic-go": (0.0, None), "quinn": ("measured", None)}
 
 
-@dataclass
-class Scanned:
-    name: str
-    store: Store
-    probes: pl.DataFrame
-    pcap: Path
-    scan_output: str
-
-
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quicack", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module", params=list(FIRST_FLIGHT))  # (the later stacks: test_peer_stacks.py)
 def scanned(request, tmp_path_factory, tshark):
     """One peer scanned like a user would: `quicack scan` while it runs, then `quicack analyze`
     of the capture (the scan's key log) and of the peer's own qlog into the same store."""
-    name = request.param
-    work = tmp_path_factory.mktemp(name)
-    domain = peers.probe_domain(name)
-    (work / "list.txt").write_text(domain + "\n")
-    db, pcap = work / "scan.duckdb", work / "scan.pcapng"
-    with peers.start(name, work / "peer") as run:
-        scan = _cli("scan", work / "list.txt", "--db", db, "-n", REPETITIONS, "--spacing-s", "0.2",
-                    "--path", f"/{LARGE_NAME}", "--pcap", pcap, "--resolve", f"{domain}=127.0.0.1:{run.port}",
-                    "--allow-private", "-q")
-    assert scan.returncode == 0, scan.stdout + scan.stderr
-    server_qlogs = run.qlog_files()  # after stop: flushed
-    keylog = work / "scan-scans" / "list" / "sslkeylog.txt"  # DB-scans/RUN next to the store
-    analyze = _cli("analyze", pcap, *server_qlogs, "--db", db, "--keylog", keylog, "-q")
-    assert analyze.returncode == 0, analyze.stdout + analyze.stderr
-    store = Store(db, read_only=True)
-    yield Scanned(name, store, peerviews.peer_probes(store), pcap, scan.stdout)
-    store.close()
-
-
-def _first_server_datagram(store: Store, connection_id: int) -> list[dict]:
-    """The server's first datagram in one view: its packets with their frames."""
-    return store.sql(f"""
-        SELECT p.packet_type, p.packet_number, p.size_bytes, p.event_index,
-               list(f.frame_type ORDER BY f.position) FILTER (WHERE f.frame_type IS NOT NULL) AS frames,
-               max(f.ack_delay_ms) AS ack_delay_ms, max(f.largest_acknowledged) AS largest_acknowledged,
-               max(f.offset_bytes) FILTER (WHERE f.frame_type = 'crypto') AS crypto_offset
-        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
-        WHERE p.connection_id = {connection_id} AND p.sender = 'server' AND p.datagram_id = (
-            SELECT min(datagram_id) FROM packets WHERE connection_id = {connection_id} AND sender = 'server')
-        GROUP BY ALL ORDER BY p.event_index""").to_dicts()
+    scanned = scan_peer(request.param, tmp_path_factory.mktemp(request.param))
+    yield scanned
+    scanned.store.close()
 
 
 def _dedup(frames: list[str]) -> list[str]:
@@ -122,10 +77,6 @@ def _dedup(frames: list[str]) -> list[str]:
 
 def _no_padding(frames: list[str] | None) -> list[str] | None:
     return None if frames is None else [f for f in frames if f != "padding"]
-
-
-def _connection(store: Store, connection_id: int) -> dict:
-    return store.sql(f"SELECT * FROM connections WHERE connection_id = {connection_id}").to_dicts()[0]
 
 
 # --- the scan and the capture ----------------------------------------------------------------------
@@ -173,10 +124,10 @@ def test_gso_on_makes_quic_go_send_superframes_the_capture_cannot_split(tmp_path
 def test_every_view_of_every_probe_has_the_peers_class(scanned):
     for probe in scanned.probes.iter_rows(named=True):
         for cid in (probe["client_cid"], probe["capture_cid"]):
-            conn = _connection(scanned.store, cid)
+            conn = connection(scanned.store, cid)
             assert (conn["handshake_class"], conn["handshake_reason"]) == ("wfc", "ack_with_server_hello"), conn
         if SERVER_CLASS[scanned.name] is not None:
-            conn = _connection(scanned.store, probe["server_cid"])
+            conn = connection(scanned.store, probe["server_cid"])
             assert conn["vantage"] == "server"
             assert (conn["handshake_class"], conn["handshake_reason"]) == SERVER_CLASS[scanned.name]
 
@@ -184,8 +135,8 @@ def test_every_view_of_every_probe_has_the_peers_class(scanned):
 def test_views_agree_on_the_first_server_flight(scanned):
     expected, may_follow = FIRST_FLIGHT[scanned.name]
     for probe in scanned.probes.iter_rows(named=True):
-        client = _first_server_datagram(scanned.store, probe["client_cid"])
-        capture = _first_server_datagram(scanned.store, probe["capture_cid"])
+        client = first_server_datagram(scanned.store, probe["client_cid"])
+        capture = first_server_datagram(scanned.store, probe["capture_cid"])
         # the client qlog: the observed shape, WFC (ACK of packet 0 with the ServerHello)
         seen = [(p["packet_type"], _dedup(p["frames"])) for p in client]
         assert [t for t, _ in seen] == [t for t, _ in expected], seen
@@ -200,7 +151,7 @@ def test_views_agree_on_the_first_server_flight(scanned):
         assert capture[0]["ack_delay_ms"] == pytest.approx(client[0]["ack_delay_ms"], abs=0.008)
         if probe["server_cid"] is None:
             continue  # Caddy writes no qlog
-        server = _first_server_datagram(scanned.store, probe["server_cid"])
+        server = first_server_datagram(scanned.store, probe["server_cid"])
         assert [(p["packet_type"], p["packet_number"], p["size_bytes"]) for p in server] == ident
         if scanned.name == "quinn":
             assert all(p["frames"] is None for p in server)  # quinn's qlog has no frames
@@ -276,7 +227,7 @@ def test_first_ack_delay_per_repetition(scanned, text_report):
             assert row["initial_ack_delay_ms"] == initial
         assert row["handshake_ack_delay_ms"] == handshake
         # the scanner's own view (its qlog, classified) says the same within one encoding step
-        client = _connection(scanned.store, probe["client_cid"])
+        client = connection(scanned.store, probe["client_cid"])
         assert client["first_ack_delay_ms"] == pytest.approx(row["initial_ack_delay_ms"], abs=0.008)
         assert row["turnaround_ms"] > 0
 
@@ -295,7 +246,7 @@ def test_server_rtt_replay_next_to_what_the_peer_logged(scanned, text_report):
     if scanned.name == "caddy":  # no qlog: nothing logged to compare
         assert qlog.height == 0 and wire["logged_latest_rtt_ms"].null_count() == wire.height
         return
-    servers = [_connection(scanned.store, c) for c in scanned.probes["server_cid"]]
+    servers = [connection(scanned.store, c) for c in scanned.probes["server_cid"]]
     if scanned.name == "quinn":
         # no ACK frames in quinn's qlog: no replay of it (the capture replay stands in)
         assert qlog.height == 0 and all(s["replay_samples"] == 0 for s in servers)
@@ -390,7 +341,7 @@ def test_initial_pto_as_each_peer_logs_it(scanned):
 # --- the command and the report ----------------------------------------------------------------------
 
 def test_peers_scan_prints_the_tables_and_report_shows_them(tmp_path, tshark):
-    done = _cli("peers", "scan", "ngtcp2", "--db", tmp_path / "p.duckdb", "-n", 1, "--workdir", tmp_path / "w")
+    done = cli("peers", "scan", "ngtcp2", "--db", tmp_path / "p.duckdb", "-n", 1, "--workdir", tmp_path / "w")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ngtcp2: run 'peer-ngtcp2-") and "ok 1" in lines[0]
@@ -398,7 +349,7 @@ def test_peers_scan_prints_the_tables_and_report_shows_them(tmp_path, tshark):
     row = next(line for line in lines if line.startswith("ngtcp2 ") and "capture" in line)
     assert row.split()[1:3] == ["0.000", "-"]  # Initial ACK delay 0, no Handshake ACK
     assert "server qlog   1  1 initial" in done.stdout  # the replay of ngtcp2's own qlog
-    report = _cli("report", "--db", tmp_path / "p.duckdb", "--out", tmp_path / "r.html")
+    report = cli("report", "--db", tmp_path / "p.duckdb", "--out", tmp_path / "r.html")
     assert report.returncode == 0, report.stderr
     html = (tmp_path / "r.html").read_text()
     assert "Acknowledgment delay of the first ACK received from each peer" in html
