@@ -171,7 +171,16 @@ class Normalizer:
                   AND (latest_rtt_ms IS NOT NULL OR min_rtt_ms IS NOT NULL)""")
 
     def _insert_transport_parameters(self) -> None:
-        """One row per connection and owner: each parameter's last logged value."""
+        """One row per connection and owner: each parameter's last logged value, at the earliest
+        time its parameters_set events give (an owner none of whose events has one: refused, as
+        every qlog draft requires a time on every event)."""
+        untimed = self.con.execute("""SELECT c.trace_index, min(tp.event_index) FROM tp_ev tp
+            JOIN conn c USING (connection_id) GROUP BY tp.connection_id, owner, c.trace_index
+            HAVING count(t_ms) = 0 ORDER BY 1, 2 LIMIT 1""").fetchall()
+        if untimed:
+            trace, event = untimed[0]
+            raise QuicackError("transport:parameters_set event without a time that is a finite number "
+                               "(qlog requires one on every event)", None, f"trace {trace} event {event + 1}")
         self.con.execute(f"""INSERT INTO transport_parameters
             SELECT tp.connection_id, owner,
                    CASE WHEN owner = 'local' THEN any_value({_local_side("c.vantage", "c.flow")})

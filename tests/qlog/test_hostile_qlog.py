@@ -397,3 +397,35 @@ def test_the_gzip_window_reads_and_seeks_like_the_decompressed_file(tmp_path):
         kept = f.read()
         assert data.startswith(kept) and 0 < len(kept) < len(data)
         assert isinstance(f.error, EOFError)
+
+
+@pytest.mark.parametrize("time", ["x", None, "missing"])
+def test_parameters_set_events_none_of_which_has_a_time_are_refused_naming_the_first(tmp_path, time):
+    # was "cannot store: Constraint Error: NOT NULL constraint failed: transport_parameters.time_ms"
+    # (the mutation sweep, quic-go's client-aioquic.qlog): a parameters_set row takes the earliest
+    # time of its owner's events, and here none has one
+    doc = orjson.loads(AIOQUIC.read_bytes())
+    events = doc["traces"][0]["events"]
+    where = [i for i, e in enumerate(events) if e["name"] == "transport:parameters_set"]
+    assert len(where) == 2
+    for i in where:
+        if time == "missing":
+            del events[i]["time"]
+        else:
+            events[i]["time"] = time
+    path = tmp_path / "untimed.qlog"
+    path.write_bytes(orjson.dumps(doc))
+    with Store(tmp_path / "s.duckdb") as store:
+        result = store.ingest(path)
+        assert result.error == (f"{path} at trace 0 event {where[0] + 1}: transport:parameters_set event without a "
+                                "time that is a finite number (qlog requires one on every event)")
+        assert store.con.execute("SELECT count(*) FROM transport_parameters").fetchone() == (0,)
+        # each owner (here local, then remote) needs one: the first mended, the second is named
+        assert {e["data"].get("owner") for e in (events[i] for i in where)} == {"local", "remote"}
+        events[where[0]]["time"] = 1.5
+        path.write_bytes(orjson.dumps(doc))
+        assert store.ingest(path).error.startswith(f"{path} at trace 0 event {where[1] + 1}: ")
+        events[where[1]]["time"] = 2.5
+        path.write_bytes(orjson.dumps(doc))
+        assert store.ingest(path).status == "ingested"
+        assert store.con.execute("SELECT count(*) FROM transport_parameters").fetchone() == (2,)
