@@ -482,6 +482,12 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     prime_bytes                  BIGINT,
     prime_rate_to_client_kbps    DOUBLE,
     receive_window_bytes         BIGINT,
+    resumption                   BOOLEAN,
+    zero_rtt                     VARCHAR,
+    session_resumed              BOOLEAN,
+    full_ttfb_ms                 DOUBLE,
+    full_handshake_ms            DOUBLE,
+    full_client_connection_id    BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );
 

@@ -91,6 +91,10 @@ class Made:
     #: quicack's client: from its first Initial to the response's last byte, when it had the whole
     #: response (testbed_runs.ttlb_ms, ack_policy_runs.download_s)
     ttlb_ms: float | None = None
+    #: a resumed attempt (:mod:`quicack.lab.resumed`): its full connection, and the resumed
+    #: connection's zero_rtt and session_resumed where the client reports them
+    full: Made | None = None
+    resumed: dict = field(default_factory=dict)
 
     @classmethod
     def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
@@ -139,7 +143,7 @@ def _settings(cell: Cell) -> dict:
             "cert_chain_length": cell.cert_chain_length, "cert_delay_ms": cell.cert_delay_ms,
             "response_bytes": s.response_bytes, "prime_bytes": s.prime_bytes,
             "prime_rate_to_client_kbps": s.prime_rate_to_client_kbps,
-            "receive_window_bytes": s.receive_window_bytes}
+            "receive_window_bytes": s.receive_window_bytes, "resumption": s.resumption}
 
 
 def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) -> list[Group]:
@@ -164,6 +168,14 @@ def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) ->
         if todo:
             out.append(Group(todo))
     return out
+
+
+def _resumed_columns(one: Made, full_id: int | None) -> dict:
+    """A resumed attempt's columns and helpers for :func:`testbedrows.insert`."""
+    full = one.full.own if one.full is not None else {}
+    return {"full_client_connection_id": full_id, "session_resumed": one.resumed.get("session_resumed"),
+            "client_zero_rtt": one.resumed.get("zero_rtt"), "full_client_ttfb_ms": full.get("client_ttfb_ms"),
+            "full_client_handshake_ms": full.get("client_handshake_ms")}
 
 
 def _path(cell: Cell) -> str:
@@ -251,7 +263,8 @@ class _Invocation:
                 config = RelayConfig.from_options(**cell.relay_options(
                     f"{host}:0", f"{host}:{port}", self.experiment.seed))
                 relays[cell.server] = stack.enter_context(RelayProcess(config))
-                if cell.scenario.prime_rate_to_client_kbps is not None:
+                if cell.scenario.prime_rate_to_client_kbps is not None or (
+                        cell.scenario.resumption and (cell.drop_to_client or cell.drop_to_server)):
                     primes[cell.server] = stack.enter_context(RelayProcess(RelayConfig.from_options(
                         **cell.relay_options(f"{host}:0", f"{host}:{port}", self.experiment.seed, prime=True))))
             try:
@@ -273,7 +286,9 @@ class _Invocation:
     def attempt(self, cell: Cell, repetition: int, relay, prime_relay=None, ca: Path | None = None) -> Made:
         summary = self.summary
         address, port = relay.address
-        if cell.client == "quicack":
+        if cell.scenario.resumption:
+            one = self._resumed(cell, repetition, relay, prime_relay or relay, ca)
+        elif cell.client == "quicack":
             primed = cell.scenario.prime_bytes is not None
             if primed:
                 self._prime(cell, prime_relay or relay)
@@ -283,11 +298,9 @@ class _Invocation:
             if primed and not cell.peer:
                 self._server_done(one.odcid)
         else:
-            folder = self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
-                                                      f"{cell.server}_{repetition}")
             one = Made.from_stack(cell, repetition, stackclients.attempt(
                 cell.client, self.programs[cell.client], address, port, _path(cell),
-                self.experiment.timeout_s, folder, ca))
+                self.experiment.timeout_s, self._folder(cell, repetition), ca))
         summary.attempted += 1
         summary.outcomes[one.outcome] += 1
         took = (f"ttfb {one.ttfb_ms:.1f} ms" if one.ttfb_ms is not None else
@@ -295,6 +308,34 @@ class _Invocation:
         self.progress(f"[{summary.stored_before + summary.attempted}/{summary.total}] {cell.scenario.name} "
                       f"{cell.one_way_delay_ms:g} ms {cell.server} {cell.client} #{repetition}: "
                       f"{one.outcome} ({took})")
+        return one
+
+    def _folder(self, cell: Cell, repetition: int) -> Path:
+        """A real client's folder for one attempt."""
+        return self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
+                                                f"{cell.server}_{repetition}")
+
+    def _resumed(self, cell: Cell, repetition: int, relay, full_relay, ca: Path | None) -> Made:
+        """A resumed attempt (:mod:`quicack.lab.resumed`): the full connection through
+        ``full_relay`` (the scenario's path without its drops), then the timed one resuming it
+        through ``relay``; both relays lead to the cell's server."""
+        from quicack.lab import resumed
+
+        path, timeout = _path(cell), self.experiment.timeout_s
+        if cell.client == "quicack":
+            first, second, columns = self.loop.run_until_complete(resumed.quicack_pair(
+                full_relay.address, relay.address, path, timeout, self.summary.attempted, repetition,
+                cell.scenario.receive_window_bytes, cell.ack_policy))
+            one = Made.from_probe(cell, repetition, second)
+            one.full, one.resumed = Made.from_probe(cell, repetition, first), columns
+        else:
+            first, second = resumed.stack_pair(cell.client, self.programs[cell.client], full_relay.address,
+                                               relay.address, path, timeout, self._folder(cell, repetition), ca)
+            one = Made.from_stack(cell, repetition, second)
+            one.full = Made.from_stack(cell, repetition, first)
+        took = f" (ttfb {one.full.ttfb_ms:.1f} ms)" if one.full.ttfb_ms is not None else ""
+        self.progress(f"  full connection: {one.full.outcome}{took}; resumed: "
+                      f"0-RTT {one.resumed.get('zero_rtt') or '(from the traces)'}")
         return one
 
     def _prime(self, cell: Cell, relay) -> None:
@@ -319,6 +360,9 @@ class _Invocation:
         """Ingest both ends' qlogs, store the relays' records and the attempts' rows."""
         deadline = time.monotonic() + SERVER_QLOG_WAIT_S
         client_ids = self._ingest_clients(done)
+        fulls = [i for i, one in enumerate(done) if one.full is not None]
+        full_ids = {fulls[n]: connection_id for n, connection_id
+                    in self._ingest_clients([done[i].full for i in fulls]).items()}
         self._find_flows(done, records)
         relay_ids = {server: rec.write(self.store) for server, rec in records.items() if rec is not None}
         server_ids, server_paths = self._match_peers(done, peer_qlogs)
@@ -340,7 +384,8 @@ class _Invocation:
                 relay_flow=one.flow, client_qlog_path=str(one.qlog) if i in client_ids and one.qlog else None,
                 server_qlog_path=str(server_paths[i]) if server_paths[i] else None,
                 ttlb_ms=one.ttlb_ms, client_pto_source=stackclients.pto_source(cell.client),
-                server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
+                server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server),
+                **_resumed_columns(one, full_ids.get(i))))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
         ackpolicyruns.insert(self.store.con, [
             dict(row, ack_policy=one.cell.ack_policy, path=one.cell.scenario.path,
