@@ -1,7 +1,8 @@
 """The report's section on resumption, 0-RTT and the anti-amplification limit (issue 29, seed 002).
 
 Theory of operation: everything is read from tables the ingest filled — ``probes`` (``scan
---resumption``: ticket, token, 0-RTT, both connections' TTFB), ``address_validation`` (the 3×
+--resumption``: ticket, token, 0-RTT, both connections' TTFB), ``testbed_runs`` (resumed
+attempts: 0-RTT, full and resumed TTFB per server and client), ``address_validation`` (the 3×
 budget per connection), ``key_waits`` and, through :func:`quicack.store.keywaits.inflated_samples`,
 the peer's RTT samples those waits inflated, and ``datagrams`` for the timelines.  Aggregates run
 in DuckDB; the timelines draw one connection per *shape* (the server blocked at its budget; a trace
@@ -48,6 +49,7 @@ def validation_sections(store: Store, page: Page) -> None:
               "the limit and was blocked there with more to send, and the 0-RTT packets seen. Client-side views "
               "are put in the server's order first (<code>clock_shift_ms</code>).")
     _resumption(store, page)
+    _testbed_resumption(store, page)
     page.table(store.sql(f"""
         SELECT c.vantage, count(*) AS connections,
                count(*) FILTER (WHERE a.limit_reached) AS at_limit, count(*) FILTER (WHERE a.blocked_count > 0) AS blocked,
@@ -81,6 +83,26 @@ def _resumption(store: Store, page: Page) -> None:
                median(ttfb_ms) AS full_ttfb_ms, median(resumed_ttfb_ms) AS resumed_ttfb_ms,
                median(amplification_factor) AS amplification_factor
         FROM probes WHERE ticket_received IS NOT NULL GROUP BY ALL ORDER BY 1"""))
+
+
+def _testbed_resumption(store: Store, page: Page) -> None:
+    """Resumed testbed attempts (``resumption = true``): 0-RTT and the TTFB of both connections."""
+    if not has_table(store, "testbed_runs") or not store.con.execute(
+            "SELECT count(*) FROM testbed_runs WHERE resumption").fetchall()[0][0]:
+        return
+    page.section("validation-testbed-resumption", "Resumed connections in the testbed", 3)
+    page.text("Each attempt: a full connection keeping the session ticket, then one resuming it with its GET in "
+              "0-RTT, through the same relay. Where the early data is accepted and answered at once, the resumed "
+              "connection's first response byte comes one round trip (2 × the one-way delay) earlier.")
+    page.table(store.sql("""
+        SELECT experiment, one_way_delay_ms, server, client, count(*) AS attempts,
+               count(*) FILTER (WHERE zero_rtt = 'accepted') AS zero_rtt_accepted,
+               count(*) FILTER (WHERE zero_rtt = 'rejected') AS zero_rtt_rejected,
+               count(*) FILTER (WHERE zero_rtt = 'not_offered') AS zero_rtt_not_offered,
+               median(full_ttfb_ms) FILTER (WHERE outcome = 'ok') AS full_ttfb_ms,
+               median(ttfb_ms) FILTER (WHERE outcome = 'ok') AS resumed_ttfb_ms,
+               median(full_ttfb_ms - ttfb_ms) FILTER (WHERE outcome = 'ok') AS saved_ms
+        FROM testbed_runs WHERE resumption GROUP BY ALL ORDER BY 1, 2, 4, 3"""))
 
 
 def _inflated(store: Store, page: Page) -> None:

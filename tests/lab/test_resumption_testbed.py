@@ -80,3 +80,16 @@ def test_a_client_that_cannot_resume_is_refused_at_its_line(tmp_path):
     assert result.exit_code != 0
     assert result.output == (f"error: {path} at line 5: client 'quinn' cannot resume a session in the "
                              "testbed; resumption = true takes: quicack, ngtcp2\n")
+
+
+def test_the_report_shows_the_resumed_attempts_by_server(tiny, tmp_path):
+    from datetime import datetime, timezone
+
+    from quicack import Store
+    from quicack.report.document import write_report
+
+    with Store(tiny) as store:
+        report = write_report(store, tmp_path / "r.html", now=datetime(2026, 11, 27, tzinfo=timezone.utc))
+    assert "Resumed connections in the testbed" in report.sections
+    html = (tmp_path / "r.html").read_text()
+    assert "saved_ms" in html and "zero_rtt_accepted" in html
