@@ -488,6 +488,7 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     full_ttfb_ms                 DOUBLE,
     full_handshake_ms            DOUBLE,
     full_client_connection_id    BIGINT,
+    capture_connection_id        BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );
 

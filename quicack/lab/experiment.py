@@ -16,6 +16,7 @@ stack sends its one certificate when it is ready), and the response size.  The f
     clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn", "quiche", "tquic", "s2n-quic", "kwik"
     one_way_delay_ms = [0.5, 4.5, 10, 50, 150]
     address = "127.0.0.1"           # loopback: where the servers and the relays listen
+    capture = false                 # true: a capture per group of the relay ↔ server leg (dumpcap)
     cert_delay_ms = 5               # the defaults of every scenario's server settings
     cert_chain_length = 1
     response_bytes = 10240
@@ -103,7 +104,7 @@ def server_names() -> tuple[str, ...]:
 
 TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way_delay_ms", "address",
             "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "ack_policy",
-            "path", "scenario")
+            "path", "capture", "scenario")
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
               "rate_to_server_kbps", "queue_bytes", "queue_packets", "queue_packets_to_client",
@@ -245,6 +246,8 @@ class Experiment:
     timeout_s: float
     scenarios: tuple[Scenario, ...]
     description: str = ""
+    #: capture each group's relay ↔ server leg (:mod:`quicack.lab.testbedcapture`)
+    capture: bool = False
 
     def cells(self) -> list[Cell]:
         """Every cell, scenario by scenario, delay by delay, then server and client."""
@@ -407,9 +410,7 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
     policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)
     if not isinstance(label, str) or not label:
         raise reader.fail(f"path {label!r}: expected a label such as \"geo\"", "path", index)
-    resume = table.get("resumption", False)
-    if not isinstance(resume, bool):
-        raise reader.fail(f"resumption {resume!r}: expected true or false", "resumption", index)
+    resume = _flag(reader, table, "resumption", index)
     if resume:
         _resumers(reader, clients, index)
     return Scenario(name, mine, reader.delays(table, list(delays), index),
@@ -418,6 +419,13 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
                     settings["response_bytes"], relay, description if isinstance(description, str) else "",
                     policy, label, _request(reader, table, index), **prime, resumption=resume)
+
+
+def _flag(reader: _Reader, table: dict, key: str, index: int | None = None) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise reader.fail(f"{key} {value!r}: expected true or false", key, index)
+    return value
 
 
 def _resumers(reader: _Reader, clients: tuple[str, ...], index: int) -> None:
@@ -505,7 +513,8 @@ def load(path: str | Path) -> Experiment:
         path, name, reader.number(doc, "repetitions", 1, 1, integer=True), chosen, clients,
         _address(reader, doc), reader.number(doc, "seed", 0, 0, integer=True),
         float(reader.number(doc, "timeout_s", 10.0, 0, above=True)), scenarios,
-        doc.get("description", "") if isinstance(doc.get("description", ""), str) else "")
+        doc.get("description", "") if isinstance(doc.get("description", ""), str) else "",
+        _flag(reader, doc, "capture"))
     for i, s in enumerate(scenarios):
         _check_relay(reader, experiment, i, s)
     return experiment

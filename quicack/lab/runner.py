@@ -95,6 +95,8 @@ class Made:
     #: connection's zero_rtt and session_resumed where the client reports them
     full: Made | None = None
     resumed: dict = field(default_factory=dict)
+    #: quicack's client: its NSS key log lines (a capture's key log)
+    keylog: str = ""
 
     @classmethod
     def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
@@ -103,7 +105,7 @@ class Made:
                    r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
                    r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
                    trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms,
-                   ttlb_ms=r.response_ms if r.outcome == "ok" else None)
+                   ttlb_ms=r.response_ms if r.outcome == "ok" else None, keylog=r.keylog)
 
     @classmethod
     def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
@@ -198,6 +200,7 @@ class _Invocation:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         self.server_dir = workdir / "server" / stamp
         self.peer_dir = workdir / "peers" / stamp
+        self.capture_dir = workdir / "capture" / stamp
         self.client_dir.mkdir(parents=True, exist_ok=True)
         self.ports: dict[tuple, int] = {}
         self.programs: dict[str, Path] = {}
@@ -246,6 +249,7 @@ class _Invocation:
     def run_group(self, group: Group) -> None:
         """Peers and relays up, the group's attempts, relays and peers down, then everything stored."""
         from quicack.lab.relay import RelayConfig, RelayProcess
+        from quicack.lab.testbedcapture import GroupCapture
 
         host = _host(self.experiment.address)
         relays: dict[str, RelayProcess] = {}
@@ -256,8 +260,14 @@ class _Invocation:
         sizes = {c.scenario.response_bytes for c in peer_cells if c.scenario.response_bytes is not None}
         peers = stackservers.PeerServers(list(dict.fromkeys(c.server for c in peer_cells)), self.peer_dir,
                                          self.experiment.address, sizes, self.progress)
+        capture = None
         with contextlib.ExitStack() as stack:
             stack.enter_context(peers)
+            if self.experiment.capture:  # the relay ↔ server leg: the servers' ports
+                first = group.cells[0]
+                capture = stack.enter_context(GroupCapture(
+                    self.capture_dir / f"{first.scenario.name}_{first.one_way_delay_ms:g}ms_{first.client}.pcapng",
+                    {peers.ports[c.server] if c.peer else self.ports[c.listener] for c in group.cells}))
             for cell in group.cells:
                 port = peers.ports[cell.server] if cell.peer else self.ports[cell.listener]
                 config = RelayConfig.from_options(**cell.relay_options(
@@ -279,7 +289,8 @@ class _Invocation:
             except KeyboardInterrupt:
                 interrupted = True
         if done:
-            self.store_group(done, {server: relay.records for server, relay in relays.items()}, peers.qlogs)
+            self.store_group(done, {server: relay.records for server, relay in relays.items()}, peers.qlogs,
+                             capture)
         if interrupted:
             raise KeyboardInterrupt
 
@@ -356,8 +367,10 @@ class _Invocation:
         writing a large qlog."""
         endpoints.wait_for_qlog(self.server_dir, odcid, time.monotonic() + SERVER_QLOG_WAIT_S)
 
-    def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]]) -> None:
-        """Ingest both ends' qlogs, store the relays' records and the attempts' rows."""
+    def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]],
+                    capture=None) -> None:
+        """Ingest both ends' qlogs (and the group's capture), store the relays' records and the
+        attempts' rows."""
         deadline = time.monotonic() + SERVER_QLOG_WAIT_S
         client_ids = self._ingest_clients(done)
         fulls = [i for i, one in enumerate(done) if one.full is not None]
@@ -366,6 +379,7 @@ class _Invocation:
         self._find_flows(done, records)
         relay_ids = {server: rec.write(self.store) for server, rec in records.items() if rec is not None}
         server_ids, server_paths = self._match_peers(done, peer_qlogs)
+        captured = self._ingest_capture(capture, done) if capture is not None else [None] * len(done)
         rows = []
         for i, one in enumerate(done):
             cell = one.cell
@@ -385,7 +399,7 @@ class _Invocation:
                 server_qlog_path=str(server_paths[i]) if server_paths[i] else None,
                 ttlb_ms=one.ttlb_ms, client_pto_source=stackclients.pto_source(cell.client),
                 server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server),
-                **_resumed_columns(one, full_ids.get(i))))
+                capture_connection_id=captured[i], **_resumed_columns(one, full_ids.get(i))))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
         ackpolicyruns.insert(self.store.con, [
             dict(row, ack_policy=one.cell.ack_policy, path=one.cell.scenario.path,
@@ -395,6 +409,19 @@ class _Invocation:
             for row, one in zip(rows, done) if one.cell.scenario.ack_policy is not None and one.cell.client == "quicack"])
         self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "
                       f"{done[0].cell.one_way_delay_ms:g} ms")
+
+    def _ingest_capture(self, capture, done: list[Made]) -> list[int | None]:
+        """The group's capture, decrypted with its clients' keys: each attempt's connection in it."""
+        from quicack.lab import testbedcapture
+
+        made = done + [one.full for one in done if one.full is not None]
+        capture.write_keylog([one.keylog for one in made],
+                             [one.qlog.parent / "keylog.txt" for one in made if one.trace is None and one.qlog])
+        result = self.store.ingest(capture.path)
+        if result.file_id is None:
+            self.progress(f"warning: {capture.path}: not ingested: {result.error}")
+            return [None] * len(done)
+        return testbedcapture.match(self.store, result.file_id, [one.odcid for one in done])
 
     def _ingest_clients(self, done: list[Made]) -> dict[int, int]:
         """Ingest the clients' traces: attempt index → client connection_id.  quicack's are

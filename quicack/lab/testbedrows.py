@@ -55,7 +55,8 @@ ATTEMPT_COLUMNS = ("experiment", "scenario", "server", "client", "one_way_delay_
 LINK_COLUMNS = ("certificates_received", "response_bytes_received", "client_connection_id",
                 "server_connection_id", "relay_run_id", "relay_flow", "client_qlog_path",
                 "server_qlog_path", "ttlb_ms", "prime_bytes", "prime_rate_to_client_kbps",
-                "receive_window_bytes", "resumption", "session_resumed", "full_client_connection_id")
+                "receive_window_bytes", "resumption", "session_resumed", "full_client_connection_id",
+                "capture_connection_id")
 KEY = ("experiment", "scenario", "server", "client", "one_way_delay_ms", "repetition")
 #: a cell's settings: a resumed run must find the rows it continues made with the same ones
 SETTINGS = ("drop_to_client", "drop_to_server", "cert_chain_length", "cert_delay_ms", "response_bytes",
@@ -69,7 +70,7 @@ _TYPES = {"one_way_delay_ms": "DOUBLE", "repetition": "INTEGER", "cert_chain_len
           "client_connection_id": "BIGINT", "server_connection_id": "BIGINT", "relay_run_id": "BIGINT",
           "ttlb_ms": "DOUBLE", "prime_bytes": "BIGINT", "prime_rate_to_client_kbps": "DOUBLE",
           "receive_window_bytes": "BIGINT", "resumption": "BOOLEAN", "session_resumed": "BOOLEAN",
-          "full_client_connection_id": "BIGINT"}
+          "full_client_connection_id": "BIGINT", "capture_connection_id": "BIGINT"}
 
 _INSERT_SQL = """
 WITH ours AS (
