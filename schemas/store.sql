@@ -286,7 +286,9 @@ CREATE TABLE IF NOT EXISTS key_waits (
     ack_delay_from_receipt_ms DOUBLE,
     uncovered_ms           DOUBLE,
     max_ack_delay_ms       DOUBLE NOT NULL,
-    sample_inflation_ms    DOUBLE
+    sample_inflation_ms    DOUBLE,
+    receiver               VARCHAR,
+    source                 VARCHAR
 );
 
 -- Captures (pcap/pcapng through tshark): what the packets tables cannot say.

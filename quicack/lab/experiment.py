@@ -16,7 +16,8 @@ stack sends its one certificate when it is ready), and the response size.  The f
     clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn", "quiche", "tquic", "s2n-quic", "kwik"
     one_way_delay_ms = [0.5, 4.5, 10, 50, 150]
     address = "127.0.0.1"           # loopback: where the servers and the relays listen
-    capture = false                 # true: a capture per group of the relay ↔ server leg (dumpcap)
+    capture = false                 # true or "server": a capture per group of the relay ↔ server
+                                    # leg (dumpcap); "client": of the client ↔ relay leg
     cert_delay_ms = 5               # the defaults of every scenario's server settings
     cert_chain_length = 1
     response_bytes = 10240
@@ -246,8 +247,9 @@ class Experiment:
     timeout_s: float
     scenarios: tuple[Scenario, ...]
     description: str = ""
-    #: capture each group's relay ↔ server leg (:mod:`quicack.lab.testbedcapture`)
-    capture: bool = False
+    #: capture each group's relay ↔ server leg (``server``) or client ↔ relay leg (``client``);
+    #: None: no capture (:mod:`quicack.lab.testbedcapture`)
+    capture: str | None = None
 
     def cells(self) -> list[Cell]:
         """Every cell, scenario by scenario, delay by delay, then server and client."""
@@ -421,6 +423,16 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
                     policy, label, _request(reader, table, index), **prime, resumption=resume)
 
 
+def _capture(reader: _Reader, doc: dict) -> str | None:
+    """``capture``: false, true (the server's leg), "server" or "client" (the leg next to it)."""
+    value = doc.get("capture", False)
+    if value is True or value in ("server", "client"):
+        return "server" if value is True else value
+    if value is False:
+        return None
+    raise reader.fail(f"capture {value!r}: expected false, true, \"server\" or \"client\"", "capture")
+
+
 def _flag(reader: _Reader, table: dict, key: str, index: int | None = None) -> bool:
     value = table.get(key, False)
     if not isinstance(value, bool):
@@ -514,7 +526,7 @@ def load(path: str | Path) -> Experiment:
         _address(reader, doc), reader.number(doc, "seed", 0, 0, integer=True),
         float(reader.number(doc, "timeout_s", 10.0, 0, above=True)), scenarios,
         doc.get("description", "") if isinstance(doc.get("description", ""), str) else "",
-        _flag(reader, doc, "capture"))
+        _capture(reader, doc))
     for i, s in enumerate(scenarios):
         _check_relay(reader, experiment, i, s)
     return experiment

@@ -263,11 +263,6 @@ class _Invocation:
         capture = None
         with contextlib.ExitStack() as stack:
             stack.enter_context(peers)
-            if self.experiment.capture:  # the relay ↔ server leg: the servers' ports
-                first = group.cells[0]
-                capture = stack.enter_context(GroupCapture(
-                    self.capture_dir / f"{first.scenario.name}_{first.one_way_delay_ms:g}ms_{first.client}.pcapng",
-                    {peers.ports[c.server] if c.peer else self.ports[c.listener] for c in group.cells}))
             for cell in group.cells:
                 port = peers.ports[cell.server] if cell.peer else self.ports[cell.listener]
                 config = RelayConfig.from_options(**cell.relay_options(
@@ -277,6 +272,14 @@ class _Invocation:
                         cell.scenario.resumption and (cell.drop_to_client or cell.drop_to_server)):
                     primes[cell.server] = stack.enter_context(RelayProcess(RelayConfig.from_options(
                         **cell.relay_options(f"{host}:0", f"{host}:{port}", self.experiment.seed, prime=True))))
+            if self.experiment.capture:  # one leg: the servers' ports, or the relays' (client side)
+                first = group.cells[0]
+                ports = ({peers.ports[c.server] if c.peer else self.ports[c.listener] for c in group.cells}
+                         if self.experiment.capture == "server"
+                         else {relay.address[1] for relay in (*relays.values(), *primes.values())})
+                capture = stack.enter_context(GroupCapture(
+                    self.capture_dir / f"{first.scenario.name}_{first.one_way_delay_ms:g}ms_{first.client}.pcapng",
+                    ports))
             try:
                 # no full collection of the runner's heap (DuckDB's, the store's) in an attempt
                 with gctuning.tuned(collect_first=True):

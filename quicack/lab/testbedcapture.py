@@ -1,4 +1,4 @@
-"""A capture of a testbed group on the servers' side of the relay (an experiment's ``capture = true``).
+"""A capture of a testbed group on one side of the relay (an experiment's ``capture``).
 
 Theory of operation: on loopback the relay carries each datagram twice — client ↔ relay and
 relay ↔ server.  dumpcap (:mod:`quicack.pcap.dumpcap`, started and stopped with its marker
@@ -9,6 +9,10 @@ within loopback's microseconds: a vantage point next to the server, so its ``add
 rows can be checked against the server's own qlog (the capture's smallest RTT sample less the ACK
 delay, the clock shift the analysis applies to a trace not taken at the server, is then about
 zero).
+
+``capture = "client"`` captures the other leg instead (the relays' own ports): a vantage point
+next to the client, where a packet that arrived before the client had its keys shows
+(``key_waits`` from captures, :mod:`quicack.store.keywaits`).
 
 Each group writes ``capture/<scenario>_<delay>ms_<client>.pcapng`` in the run's folder and,
 beside it, the key log of the group's clients (``<same>.keys``: quicack's client's secrets of

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 #: is one URI (was read character by character).  8 (issues 29 and 30): tables datagrams and
 #: address_validation (the anti-amplification budget, PTOs per space, 0-RTT), key_waits; Careful
 #: Resume phase events (``careful_resume_phase_updated`` in every spelling) are read into
-#: ``careful_resume_phases``.
-ANALYSIS_VERSION = 8
+#: ``careful_resume_phases``.  9 (issue 29): captures get ``key_waits`` rows (packets that arrived
+#: before their receiver's keys), key_waits.receiver and source.
+ANALYSIS_VERSION = 9
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
