@@ -414,6 +414,11 @@ CREATE TABLE IF NOT EXISTS probes (
     resumed_response_bytes BIGINT,
     amplification_factor DOUBLE,
     server_waited_for_validation BOOLEAN,
+    -- the resumed connection's own trace (schema version 9)
+    resumed_qlog_path   VARCHAR,
+    resumed_qlog_trace_index INTEGER,
+    resumed_qlog_sha256 VARCHAR,
+    resumed_connection_id BIGINT,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 
