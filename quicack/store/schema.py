@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 #: address_validation (the anti-amplification budget, PTOs per space, 0-RTT), key_waits; Careful
 #: Resume phase events (``careful_resume_phase_updated`` in every spelling) are read into
 #: ``careful_resume_phases``.  9 (issue 29): captures get ``key_waits`` rows (packets that arrived
-#: before their receiver's keys), key_waits.receiver and source.
+#: before their receiver's keys), key_waits.receiver and source; a server blocked at its 3× budget
+#: needs data waiting that the budget left could not hold and no request ending the block;
+#: quicack serve's re-fed 0-RTT packets count no datagram bytes.
 ANALYSIS_VERSION = 9
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
