@@ -114,7 +114,9 @@ def server_order(datagrams: list[Datagram], rtt_ms: float) -> list[Datagram]:
     RTT earlier (ties: the client's first); every time is then the server's clock minus d, and
     durations are the server's.  ``rtt_ms``: the path's RTT without the server's delays (the caller's
 estimate: the smallest RTT sample less its ACK delay)."""
-    moved = [d._replace(time_ms=d.time_ms - rtt_ms) if d.sender == "server" else d for d in datagrams]
+    moved = [d._replace(time_ms=d.time_ms - rtt_ms,
+                        data_started_ms=None if d.data_started_ms is None else d.data_started_ms - rtt_ms)
+             if d.sender == "server" else d for d in datagrams]
     return sorted(moved, key=lambda d: (d.time_ms, d.sender == "server"))
 
 

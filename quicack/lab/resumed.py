@@ -50,7 +50,7 @@ async def quicack_pair(full: tuple[str, int], timed: tuple[str, int], path: str,
     """quicack's client: the full connection to ``full`` (address, port), the resumed one to
     ``timed`` (the same server, maybe through another relay), and the resumed one's
     ``zero_rtt`` and ``session_resumed``."""
-    options = dict(receive_window=receive_window, ack_policy=ack_policy)
+    options = {"receive_window": receive_window, "ack_policy": ack_policy}
     first = await endpoints.attempt(*full, path, timeout_s, index, repetition, **options)
     second = await endpoints.attempt(*timed, path, timeout_s, index, repetition, **options,
                                      session_ticket=first.result.session_ticket, token=first.result.token)

@@ -102,19 +102,14 @@ def insert_probes(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
 
 def link_probes(con: duckdb.DuckDBPyConnection, file_id: int, sha256: str) -> None:
     """Point the probes whose client trace lies in this file at its connections."""
-    con.execute("""
-        UPDATE probes SET connection_id = c.connection_id
-        FROM connections c
-        WHERE c.file_id = $file_id AND probes.qlog_sha256 = $sha
-          AND c.trace_index = probes.qlog_trace_index AND c.vantage = 'client'""",
-                {"file_id": file_id, "sha": sha256})
-    # a resumed connection's own trace (scan --resumption), in a file of its own
-    con.execute("""
-        UPDATE probes SET resumed_connection_id = c.connection_id
-        FROM connections c
-        WHERE c.file_id = $file_id AND probes.resumed_qlog_sha256 = $sha
-          AND c.trace_index = probes.resumed_qlog_trace_index AND c.vantage = 'client'""",
-                {"file_id": file_id, "sha": sha256})
+    # the probe's trace; a resumed connection's own (scan --resumption) is in a file of its own
+    for prefix in ("", "resumed_"):
+        con.execute(f"""
+            UPDATE probes SET {prefix}connection_id = c.connection_id
+            FROM connections c
+            WHERE c.file_id = $file_id AND probes.{prefix}qlog_sha256 = $sha
+              AND c.trace_index = probes.{prefix}qlog_trace_index AND c.vantage = 'client'""",
+                    {"file_id": file_id, "sha": sha256})
     # the first connection's address validation, as the client saw it (schemas/README.md)
     con.execute("""
         UPDATE probes SET amplification_factor = a.amplification_factor,

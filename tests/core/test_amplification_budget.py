@@ -132,3 +132,15 @@ def test_a_request_ends_no_block_and_an_answer_begun_later_was_not_waiting():
                                     Datagram(21, "server", 400, new_data=True, new_bytes=350, data_started_ms=1.2)])
     [block] = waited.blocks
     assert (block.remaining_bytes, block.pending_bytes, block.ended_by) == (300, 383, "validation")
+
+
+def test_the_server_order_moves_when_the_data_began_with_the_datagram():
+    """A capture near the server: its datagrams move by the small clock shift, and so does the
+    time their data began — the block (CRYPTO begun with the first flight) stays a block."""
+    seen = [Datagram(0.0, "client", 1200), Datagram(7.0, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(7.01, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(7.02, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(27.8, "client", 1280, validates=True),
+            Datagram(28.7, "server", 1200, new_data=True, new_bytes=1150, data_started_ms=7.0)]
+    [block] = replay_budget(server_order(seen, 0.35)).blocks
+    assert block.start_ms == pytest.approx(7.02 - 0.35) and block.end_ms == 27.8

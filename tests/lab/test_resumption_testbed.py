@@ -1,7 +1,7 @@
 """Resumed attempts in the testbed: a small version of experiments/resumption.toml, run once.
 
 Each attempt is a full connection keeping the session ticket, then the timed connection resuming
-it with its GET in 0-RTT, through a relay with 50 ms each way (RTT 100 ms).  quicack's server
+it with its GET in 0-RTT, through a relay with 50 ms each way (RTT 100 ms), twice per cell.  quicack's server
 (``serve-wfc``) and ngtcp2's accept the early data and answer it at once; the quic-go peer's
 server issues tickets without early data (quicack's client then offers none; ngtcp2's sends its
 0-RTT packet anyway and quic-go's server drops it: rejected).  Checked on the stored rows: where 0-RTT was accepted
@@ -18,11 +18,12 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from conftest import run_experiment
 from quicack.cli import main
 
 ONE_WAY_MS = 50.0
 TINY = f"""
-repetitions = 1
+repetitions = 2
 servers = ["serve-wfc", "ngtcp2", "quic-go"]
 clients = ["quicack", "ngtcp2"]
 one_way_delay_ms = {ONE_WAY_MS}
@@ -36,12 +37,7 @@ resumption = true
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("resumption")
-    (base / "tiny.toml").write_text(TINY)
-    db = base / "tiny.duckdb"
-    result = CliRunner().invoke(main, ["testbed", "run", str(base / "tiny.toml"), "--db", str(db)])
-    assert result.exit_code == 0, result.output
-    return db
+    return run_experiment(tmp_path_factory.mktemp("resumption"), TINY)
 
 
 def rows(db: Path) -> list[tuple]:
@@ -49,25 +45,31 @@ def rows(db: Path) -> list[tuple]:
         return con.execute("""
             SELECT server, client, outcome, resumption, zero_rtt, ttfb_ms, full_ttfb_ms,
                    full_client_connection_id IS NOT NULL AND full_client_connection_id <> client_connection_id
-            FROM testbed_runs ORDER BY server, client""").fetchall()
+            FROM testbed_runs ORDER BY server, client, repetition""").fetchall()
 
 
 def test_every_attempt_is_a_resumed_connection_with_its_full_one_linked(tiny):
     found = rows(tiny)
     assert [(r[0], r[1], r[2], r[3], r[7]) for r in found] == [
         (server, client, "ok", True, True) for server in ("ngtcp2", "quic-go", "serve-wfc")
-        for client in ("ngtcp2", "quicack")]
+        for client in ("ngtcp2", "quicack") for _ in range(2)]
 
 
-def test_accepted_early_data_saves_a_round_trip_and_none_offered_saves_none(tiny):
+def test_accepted_early_data_saves_a_round_trip_and_none_otherwise(tiny):
+    """Per server and client, the best of two attempts (a lost packet on a shared machine costs a
+    PTO, far more than the round trip compared)."""
     rtt = 2 * ONE_WAY_MS
-    outcomes = {}
+    cells: dict[tuple, list] = {}
     for server, client, _, _, zero_rtt, ttfb, full_ttfb, _ in rows(tiny):
-        outcomes[(server, client)] = zero_rtt
-        if zero_rtt == "accepted":
-            assert ttfb < full_ttfb - rtt / 2, (server, client, ttfb, full_ttfb)
+        cells.setdefault((server, client), []).append((zero_rtt, ttfb, full_ttfb))
+    outcomes = {}
+    for cell, attempts in cells.items():
+        [outcomes[cell]] = {zero_rtt for zero_rtt, _, _ in attempts}
+        ttfb, full_ttfb = min(a[1] for a in attempts), min(a[2] for a in attempts)
+        if outcomes[cell] == "accepted":
+            assert ttfb < full_ttfb - rtt / 2, (cell, ttfb, full_ttfb)
         else:
-            assert ttfb > full_ttfb - rtt / 2, (server, client, ttfb, full_ttfb)
+            assert ttfb > full_ttfb - rtt / 2, (cell, ttfb, full_ttfb)
     assert outcomes == {("ngtcp2", "ngtcp2"): "accepted", ("ngtcp2", "quicack"): "accepted",
                         ("serve-wfc", "ngtcp2"): "accepted", ("serve-wfc", "quicack"): "accepted",
                         ("quic-go", "ngtcp2"): "rejected", ("quic-go", "quicack"): "not_offered"}

@@ -4,7 +4,7 @@ A 12-certificate chain is beyond 3 × the client's first datagram: the server st
 and waits for the client's Handshake packet (RFC 9000 §8.1).  The run captures the relay ↔ server
 leg only; its ``address_validation`` rows must tell the same story as the server's qlog: the
 same bytes before validation, the same factor, one blocked period ending when the client's
-datagram arrived.  The block's start differs by what the wire shows and the qlog cannot: aioquic
+datagram arrived (on the wire, then when the server read it).  The block's start differs by what the wire shows and the qlog cannot: aioquic
 logs a packet when it builds it, and its datagrams leave one by one afterwards (the relay, a
 real-time process on two cores, may run in between), so on the wire the block starts no earlier
 than the qlog says.
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from click.testing import CliRunner
 
-from quicack.cli import main
+from conftest import run_experiment
 
 TINY = """
 repetitions = 1
@@ -41,12 +40,7 @@ COLUMNS = ("client_bytes_before_validation", "server_bytes_before_validation", "
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("capture")
-    (base / "tiny.toml").write_text(TINY)
-    db = base / "tiny.duckdb"
-    result = CliRunner().invoke(main, ["testbed", "run", str(base / "tiny.toml"), "--db", str(db)])
-    assert result.exit_code == 0, result.output
-    return db
+    return run_experiment(tmp_path_factory.mktemp("capture"), TINY)
 
 
 def views(db: Path) -> list[tuple]:
@@ -94,7 +88,8 @@ def test_server_qlog_and_capture_report_the_same_block_at_3x(run):
         start_q, end_q = qlog[-2:]
         start_c, end_c = capture[-2:]
         assert end_q > start_q and end_c > start_c
-        # the block ends when the client's datagram arrives: the same moment in both
-        assert abs(end_q - end_c) < 2.0, (server, client, end_q, end_c)
+        # the block ends when the client's datagram arrives: on the wire first, then in the server
+        # (which logs it when it reads it: at once, or once a busy loop gets to it) within the RTT
+        assert end_c - 1.0 < end_q < end_c + 20.0, (server, client, end_q, end_c)
         # it starts when the last datagram within the budget leaves: on the wire not before the log
         assert start_c > start_q - 1.0, (server, client, start_q, start_c)
