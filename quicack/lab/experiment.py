@@ -55,8 +55,8 @@ would otherwise cap what a sender may have in flight on a high-BDP path).
 Resumption and 0-RTT (issue 29): ``resumption = true`` makes each attempt a pair through the
 relay — a full connection keeping the session ticket and NEW_TOKEN, then the attempt itself, a
 connection resuming the session with the same GET in 0-RTT (:mod:`quicack.lab.resumed`: quicack's
-client and ngtcp2's).  The drop lists apply to the resumed connection only (the full one meets
-the path without drops, as the earlier connection of ``prime_bytes``).
+client, ngtcp2's and quic-go's).  The drop lists apply to the resumed connection only (the full
+one meets the path without drops, as the earlier connection of ``prime_bytes``).
 
 A drop list may differ per server and per client, as the datagrams a stack sends do: a table
 whose keys are the scenario's servers gives one per server, one whose keys are the experiment's

@@ -17,8 +17,13 @@ Clients that can do this:
   data itself (EncryptedExtensions' early_data, RFC 8446 §4.2.10).
 - ngtcp2's ``gtlsclient``: :func:`stack_pair` runs it twice with the same ``--session-file`` and
   ``--tp-file`` (the first run writes the session and the server's transport parameters, the
-  second reads them and sends its request as early data).  Its 0-RTT outcome is read from the
-  traces (``address_validation.zero_rtt`` of the client's trace, else of the server's).
+  second reads them and sends its request as early data).
+- the quic-go peer's client (``-get``): :func:`stack_pair` runs it twice with the same
+  ``-session`` file (tests/peers/quic-go keeps the TLS session there, quic-go's transport
+  parameters inside, and resumes it with a ``GET`` in 0-RTT where the session allows early data).
+
+A real client's 0-RTT outcome is read from the traces (``address_validation.zero_rtt`` of the
+client's trace, else of the server's).
 
 A pair whose first connection received no ticket still makes the second connection (a second
 full handshake, 0-RTT ``not_offered``), so every attempt is one connection measured the same way.
@@ -34,7 +39,7 @@ from quicack.model import QuicackError
 from quicack.scan import resumption
 
 #: the real clients that can resume a session and send 0-RTT here (module docstring)
-STACK_CLIENTS = ("ngtcp2",)
+STACK_CLIENTS = ("ngtcp2", "quic-go")
 
 
 def check_client(client: str) -> None:

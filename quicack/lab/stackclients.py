@@ -135,14 +135,15 @@ def command(name: str, program: Path, host: str, port: int, path: str, timeout_s
     writing its qlog into ``folder``; and the ODCID it was told to use (None: its own).  ``ca``:
     the server's trust anchor (PEM), for the clients of :data:`CHECKS_CERTIFICATES`; ``session``:
     a folder whose TLS session and transport parameters the client writes and, when there,
-    resumes with early data (ngtcp2: :mod:`quicack.lab.resumed`)."""
+    resumes with early data (ngtcp2, quic-go: :mod:`quicack.lab.resumed`)."""
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     url = f"https://{authority}{path}"
     env = {**os.environ, "QUIC_GO_DISABLE_GSO": "true"}
     if name == "quic-go":
         # one X25519 key share, as quicack's client (Go 1.26 would lead with X25519MLKEM768)
+        resume = ["-session", str(session / "session.json")] if session is not None else []
         return ([str(program), "-get", url, "-insecure", "-curves", "X25519", "-timeout", f"{timeout_s:g}s",
-                 "-keylog", str(folder / "keylog.txt")], {**env, "QLOGDIR": str(folder)}, None)
+                 "-keylog", str(folder / "keylog.txt"), *resume], {**env, "QLOGDIR": str(folder)}, None)
     if name == "ngtcp2":
         odcid = secrets.token_hex(8)
         resume = ([f"--session-file={session / 'session.pem'}", f"--tp-file={session / 'tp.pem'}"]

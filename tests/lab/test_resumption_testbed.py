@@ -25,7 +25,7 @@ ONE_WAY_MS = 50.0
 TINY = f"""
 repetitions = 2
 servers = ["serve-wfc", "ngtcp2", "quic-go"]
-clients = ["quicack", "ngtcp2"]
+clients = ["quicack", "ngtcp2", "quic-go"]
 one_way_delay_ms = {ONE_WAY_MS}
 timeout_s = 5
 
@@ -48,11 +48,18 @@ def rows(db: Path) -> list[tuple]:
             FROM testbed_runs ORDER BY server, client, repetition""").fetchall()
 
 
+#: ngtcp2's server sometimes rejects quic-go's early data, and quic-go's HTTP/3 client then fails
+#: the request ("0-RTT rejected") instead of sending it again in 1-RTT (docs/resumption.md)
+SOMETIMES_REJECTED = {("ngtcp2", "quic-go")}
+
+
 def test_every_attempt_is_a_resumed_connection_with_its_full_one_linked(tiny):
     found = rows(tiny)
-    assert [(r[0], r[1], r[2], r[3], r[7]) for r in found] == [
-        (server, client, "ok", True, True) for server in ("ngtcp2", "quic-go", "serve-wfc")
-        for client in ("ngtcp2", "quicack") for _ in range(2)]
+    assert [(r[0], r[1], r[3], r[7]) for r in found] == [
+        (server, client, True, True) for server in ("ngtcp2", "quic-go", "serve-wfc")
+        for client in ("ngtcp2", "quic-go", "quicack") for _ in range(2)]
+    for server, client, outcome, _, zero_rtt, *_ in found:
+        assert outcome == "ok" or ((server, client) in SOMETIMES_REJECTED and zero_rtt == "rejected")
 
 
 def test_accepted_early_data_saves_a_round_trip_and_none_otherwise(tiny):
@@ -60,19 +67,29 @@ def test_accepted_early_data_saves_a_round_trip_and_none_otherwise(tiny):
     PTO, far more than the round trip compared)."""
     rtt = 2 * ONE_WAY_MS
     cells: dict[tuple, list] = {}
-    for server, client, _, _, zero_rtt, ttfb, full_ttfb, _ in rows(tiny):
-        cells.setdefault((server, client), []).append((zero_rtt, ttfb, full_ttfb))
+    for server, client, outcome, _, zero_rtt, ttfb, full_ttfb, _ in rows(tiny):
+        cells.setdefault((server, client), []).append((zero_rtt, ttfb, full_ttfb, outcome))
     outcomes = {}
     for cell, attempts in cells.items():
-        [outcomes[cell]] = {zero_rtt for zero_rtt, _, _ in attempts}
+        seen = {a[0] for a in attempts}
+        if cell in SOMETIMES_REJECTED:
+            assert seen <= {"accepted", "rejected"}, (cell, seen)
+            attempts = [a for a in attempts if a[0] == "accepted"]
+            seen = {"accepted"}
+            if not attempts:
+                continue
+        [outcomes[cell]] = seen
         ttfb, full_ttfb = min(a[1] for a in attempts), min(a[2] for a in attempts)
         if outcomes[cell] == "accepted":
             assert ttfb < full_ttfb - rtt / 2, (cell, ttfb, full_ttfb)
         else:
             assert ttfb > full_ttfb - rtt / 2, (cell, ttfb, full_ttfb)
+    outcomes.pop(("ngtcp2", "quic-go"), None)
     assert outcomes == {("ngtcp2", "ngtcp2"): "accepted", ("ngtcp2", "quicack"): "accepted",
-                        ("serve-wfc", "ngtcp2"): "accepted", ("serve-wfc", "quicack"): "accepted",
-                        ("quic-go", "ngtcp2"): "rejected", ("quic-go", "quicack"): "not_offered"}
+                        ("serve-wfc", "ngtcp2"): "accepted",
+                        ("serve-wfc", "quicack"): "accepted", ("serve-wfc", "quic-go"): "accepted",
+                        ("quic-go", "ngtcp2"): "rejected", ("quic-go", "quicack"): "not_offered",
+                        ("quic-go", "quic-go"): "not_offered"}
 
 
 def test_a_client_that_cannot_resume_is_refused_at_its_line(tmp_path):
@@ -81,7 +98,7 @@ def test_a_client_that_cannot_resume_is_refused_at_its_line(tmp_path):
     result = CliRunner().invoke(main, ["testbed", "run", str(path), "--db", str(tmp_path / "x.duckdb")])
     assert result.exit_code != 0
     assert result.output == (f"error: {path} at line 5: client 'quinn' cannot resume a session in the "
-                             "testbed; resumption = true takes: quicack, ngtcp2\n")
+                             "testbed; resumption = true takes: quicack, ngtcp2, quic-go\n")
 
 
 def test_the_report_shows_the_resumed_attempts_by_server(tiny, tmp_path):
