@@ -6,7 +6,7 @@ attempts: 0-RTT, full and resumed TTFB per server and client), ``address_validat
 budget per connection), ``key_waits`` and, through :func:`quicack.store.keywaits.inflated_samples`,
 the peer's RTT samples those waits inflated, and ``datagrams`` for the timelines.  Aggregates run
 in DuckDB; the timelines draw one connection per *shape* (the server blocked at its budget; a trace
-that ends blocked; a server that broke 3×; 0-RTT accepted), each the first such connection of the
+that ends blocked; a server that broke 3×; a block its instant ACK caused; 0-RTT accepted), each the first such connection of the
 store, as cumulative bytes per side against time with the server's budget (3 × the client's bytes
 until validation).  Nothing is written when the store holds none of it.
 """
@@ -31,6 +31,8 @@ SHAPES = (
      "the trace ends with the server at its limit: nothing armed, nothing sent (idle timeout)"),
     ("3× exceeded", "a.limit_exceeded",
      "the server sent more than 3 × what it had received before validation"),
+    ("instant ACK caused the block", "a.iack_caused_block",
+     "without the bytes its instant ACK spent, the server would have sent what it waited to send"),
     ("0-RTT accepted", "a.zero_rtt = 'accepted'", "a resumed connection whose early data was accepted"),
 )
 
@@ -113,7 +115,7 @@ def _inflated(store: Store, page: Page) -> None:
     page.text("RFC 9000 §13.2.5 counts the ACK Delay from receipt; RFC 9002 §5.3 lets the peer subtract it only up "
               "to max_ack_delay once the handshake is confirmed. <i>from_receipt_rtt_ms</i>: the peer's sample with "
               "the whole delay since receipt taken off.")
-    page.table(store.sql("""SELECT connection_id, packet_type, packet_number, wait_ms, ack_delay_ms,
+    page.table(store.sql("""SELECT connection_id, receiver, source, packet_type, packet_number, wait_ms, ack_delay_ms,
             ack_delay_from_receipt_ms, uncovered_ms, max_ack_delay_ms, sample_inflation_ms
         FROM key_waits ORDER BY connection_id, buffered_event_index LIMIT 50"""))
     samples = inflated_samples(store.con)

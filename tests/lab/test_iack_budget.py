@@ -67,3 +67,11 @@ def test_the_instant_ack_alone_blocks_a_0rtt_answer_in_the_testbed(tmp_path):
     assert ack is not None and sent == 3 * received and blocked == 1 and blocked_ms > 0 and caused and not exceeded
     _, received, sent, blocked, _, ack, caused, exceeded, excess = found["serve-iack-uncounted"]
     assert exceeded and 0 < excess <= ack and blocked == 0
+    con.close()
+    from datetime import datetime, timezone
+
+    from quicack.report.document import write_report
+
+    with Store(db) as store:  # the report draws that connection's timeline as its own shape
+        report = write_report(store, tmp_path / "r.html", now=datetime(2026, 11, 27, tzinfo=timezone.utc))
+    assert "Shape: instant ACK caused the block" in report.sections
