@@ -286,7 +286,9 @@ CREATE TABLE IF NOT EXISTS key_waits (
     ack_delay_from_receipt_ms DOUBLE,
     uncovered_ms           DOUBLE,
     max_ack_delay_ms       DOUBLE NOT NULL,
-    sample_inflation_ms    DOUBLE
+    sample_inflation_ms    DOUBLE,
+    receiver               VARCHAR,
+    source                 VARCHAR
 );
 
 -- Captures (pcap/pcapng through tshark): what the packets tables cannot say.
@@ -412,6 +414,11 @@ CREATE TABLE IF NOT EXISTS probes (
     resumed_response_bytes BIGINT,
     amplification_factor DOUBLE,
     server_waited_for_validation BOOLEAN,
+    -- the resumed connection's own trace (schema version 9)
+    resumed_qlog_path   VARCHAR,
+    resumed_qlog_trace_index INTEGER,
+    resumed_qlog_sha256 VARCHAR,
+    resumed_connection_id BIGINT,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 
@@ -482,6 +489,13 @@ CREATE TABLE IF NOT EXISTS testbed_runs (
     prime_bytes                  BIGINT,
     prime_rate_to_client_kbps    DOUBLE,
     receive_window_bytes         BIGINT,
+    resumption                   BOOLEAN,
+    zero_rtt                     VARCHAR,
+    session_resumed              BOOLEAN,
+    full_ttfb_ms                 DOUBLE,
+    full_handshake_ms            DOUBLE,
+    full_client_connection_id    BIGINT,
+    capture_connection_id        BIGINT,
     PRIMARY KEY (experiment, scenario, server, client, one_way_delay_ms, repetition)
 );
 

@@ -117,3 +117,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         path.write_text(text, encoding="utf-8")
         terminalreporter.section(f"{name} (also in {path})")
         terminalreporter.write(text)
+
+
+def run_experiment(base: Path, text: str) -> Path:
+    """Write the experiment ``text`` into ``base`` and run it with ``quicack testbed run`` (a
+    tiny version of an experiment, for a test module's fixture); the store's path."""
+    from click.testing import CliRunner
+
+    from quicack.cli import main
+
+    (base / "tiny.toml").write_text(text)
+    db = base / "tiny.duckdb"
+    result = CliRunner().invoke(main, ["testbed", "run", str(base / "tiny.toml"), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    return db

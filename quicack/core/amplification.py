@@ -5,8 +5,16 @@ UDP payload size) are walked once.  Until the server has validated the client's 
 client datagram adds three times its payload to the server's budget and every server datagram
 spends its payload.  A server datagram after which less than a full-size datagram
 (:data:`FULL_DATAGRAM_BYTES`) is left puts the server *at the limit*; it was *blocked* there when a
-later datagram of its own carries data it had not sent before (CRYPTO bytes beyond those sent, or
-more bytes of a stream it had started): it had more to say and waited.  The blocked period ends at
+later datagram of its own carries data it had not sent before (CRYPTO bytes of the handshake
+beyond those sent, or more bytes of a response it had begun by then): it had more to say and
+waited.  A client datagram that carries a request ends no block (before the server's next new
+bytes, at or after the block's end): the server's next bytes may
+answer it (the response, HTTP/3's QPACK bytes for it) rather than have waited — and a client sends
+a 1-RTT request only once it has the server's whole handshake flight.  Nor does a stream begun
+after the block start count, nor data the budget left would have held (packets smaller than
+what remained: the server did not have them then), nor data sent only after a request came.
+The instant ACK *caused* the block when the budget it spent would have carried what the server
+waited to send (the packets with that data) or a full datagram.  The blocked period ends at
 the next client datagram (it raises the budget, or validates).  Times are the server's: a client's
 trace or a capture at the client's host is first put in the server's order by
 :func:`server_order` (each server datagram moved one RTT earlier).
@@ -39,6 +47,10 @@ AMPLIFICATION_FACTOR = 3
 #: RFC 9000 §14.1: the smallest datagram that carries a client's (and, padded, a server's) Initial;
 #: a server left with less budget than this cannot send a full-size datagram.
 FULL_DATAGRAM_BYTES = 1200
+#: the least a packet adds around a frame's data: a short header (1 B, an 8-byte connection ID,
+#: a 2-byte packet number), the AEAD tag (16 B, RFC 9001 §5.3) and a STREAM frame's type, stream ID,
+#: offset and length (about 6 B) — what a server needs beyond the data to send it at all
+PACKET_OVERHEAD_BYTES = 33
 
 
 class Datagram(NamedTuple):
@@ -49,6 +61,13 @@ class Datagram(NamedTuple):
     validates: bool = False  # a client datagram holding a Handshake packet (RFC 9000 §8.1)
     ack_only_initial: bool = False  # a server datagram holding only an Initial with ACK (+ PADDING)
     new_data: bool = False  # a server datagram carrying CRYPTO/STREAM bytes it had not sent before
+    new_bytes: int = 0  # how many such bytes (CRYPTO/STREAM payload; 0: unknown)
+    #: when the earliest stream (or CRYPTO space) of that new data began (None: unknown, taken as
+    #: before any block); data of a stream begun after a block was not waiting in it
+    data_started_ms: float | None = None
+    #: a client datagram carrying a request (STREAM bytes on a stream it opened): what the server
+    #: sends next may answer it rather than have waited
+    request: bool = False
 
 
 class Block(NamedTuple):
@@ -59,6 +78,9 @@ class Block(NamedTuple):
     received_bytes: int  # client bytes received before validation, at the start
     remaining_bytes: int  # budget left at the start
     ended_by: str | None  # 'validation', 'client_datagram' or None
+    #: the new bytes of the first server datagram with new data after the block, plus the least
+    #: packet around them (:data:`PACKET_OVERHEAD_BYTES`): what it had waited to send; 0 unknown
+    pending_bytes: int = 0
 
 
 class Budget(NamedTuple):
@@ -92,7 +114,9 @@ def server_order(datagrams: list[Datagram], rtt_ms: float) -> list[Datagram]:
     RTT earlier (ties: the client's first); every time is then the server's clock minus d, and
     durations are the server's.  ``rtt_ms``: the path's RTT without the server's delays (the caller's
 estimate: the smallest RTT sample less its ACK delay)."""
-    moved = [d._replace(time_ms=d.time_ms - rtt_ms) if d.sender == "server" else d for d in datagrams]
+    moved = [d._replace(time_ms=d.time_ms - rtt_ms,
+                        data_started_ms=None if d.data_started_ms is None else d.data_started_ms - rtt_ms)
+             if d.sender == "server" else d for d in datagrams]
     return sorted(moved, key=lambda d: (d.time_ms, d.sender == "server"))
 
 
@@ -107,7 +131,9 @@ def replay_budget(datagrams: list[Datagram], token_validated: bool = False) -> B
     iack_bytes = None
     for d in datagrams:
         if d.sender == "client":
-            if at_limit is not None and at_limit.end_ms is None and validated_ms is None:
+            if at_limit is not None and d.request:
+                at_limit = None  # what the server sends next may answer the request
+            elif at_limit is not None and at_limit.end_ms is None and validated_ms is None:
                 at_limit = at_limit._replace(end_ms=d.time_ms,
                                              ended_by="validation" if d.validates else "client_datagram")
             if validated_ms is None and d.validates:
@@ -116,8 +142,11 @@ def replay_budget(datagrams: list[Datagram], token_validated: bool = False) -> B
                 received += d.size_bytes
                 client_n += 1
             continue
-        if at_limit is not None and at_limit.end_ms is not None and d.new_data:
-            blocks.append(at_limit)  # it had more to send and sent it once the client spoke
+        if (at_limit is not None and at_limit.end_ms is not None and d.new_data
+                and (d.data_started_ms is None or d.data_started_ms <= at_limit.start_ms)
+                and (not d.new_bytes or d.new_bytes + PACKET_OVERHEAD_BYTES > at_limit.remaining_bytes)):
+            # it had more and sent it once the client spoke
+            blocks.append(at_limit._replace(pending_bytes=d.new_bytes and d.new_bytes + PACKET_OVERHEAD_BYTES))
             at_limit = None
         if validated_ms is not None:
             continue
@@ -134,7 +163,10 @@ def replay_budget(datagrams: list[Datagram], token_validated: bool = False) -> B
     if at_limit is not None and at_limit.end_ms is None and validated_ms is None:
         blocks.append(at_limit)  # the trace ends at the limit: nothing more came from the client
     factor = sent / received if received else None
+    # without the instant ACK the budget left would have been larger by its size: the block was
+    # the ACK's doing when that would have held a full datagram, or what the server waited to send
     caused = bool(blocks and iack_bytes is not None
-                  and blocks[0].remaining_bytes + iack_bytes >= FULL_DATAGRAM_BYTES)
+                  and blocks[0].remaining_bytes + iack_bytes >= min(FULL_DATAGRAM_BYTES,
+                                                                    blocks[0].pending_bytes or FULL_DATAGRAM_BYTES))
     return Budget(validated_ms, validated_by, received, sent, client_n, server_n, factor, limit_reached,
                   max_excess > 0, max_excess, tuple(blocks), iack_bytes, caused)

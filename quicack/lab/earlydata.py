@@ -12,7 +12,10 @@ as the released ClientHello has made the keys.  Its bytes were
 already counted for the anti-amplification budget on arrival (RFC 9000 §8.1): they are not
 counted twice.  The packets are processed, and acknowledged, later than they arrived: aioquic
 measures its ACK delay from processing, so the client's RTT sample is inflated by the wait
-(seed 002; ``address_validation``/``rtt_samples`` show it).
+(seed 002; ``address_validation``/``rtt_samples`` show it).  aioquic logs each datagram it is
+handed as ``datagrams_received``; a packet handed again is no datagram, so its event is renamed
+(:data:`RELEASED_EVENT`): the trace's datagrams, and the client's bytes the budget counts, stay
+those that arrived.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from aioquic.buffer import Buffer
 from aioquic.quic.packet import QuicPacketType, pull_quic_header
 from aioquic.tls import Epoch
 
+#: what the qlog calls a kept packet handed to the connection again (not a datagram that arrived)
+RELEASED_EVENT = "quicack:early_data_released"
 #: 0-RTT bytes kept per connection at most (beyond them, dropped as aioquic would)
 MAX_HELD_BYTES = 64 * 1024
 
@@ -73,6 +78,17 @@ class EarlyDataBuffer:
             for addr, packet in held:
                 path = self._find_network_path(addr)
                 validated = path.is_validated
+                logged = len(self._quic_logger._events) if self._quic_logger is not None else 0
                 self.receive_datagram(packet, addr, context.time)
                 if not validated:
                     path.bytes_received -= len(packet)  # counted when its datagram arrived
+                self._not_a_datagram(logged)
+
+    def _not_a_datagram(self, since: int) -> None:
+        """The re-fed packet is no datagram on the wire: its ``datagrams_received`` event (logged
+        by ``receive_datagram``) is renamed, so a trace's datagrams stay those that arrived."""
+        events = self._quic_logger._events if self._quic_logger is not None else []
+        for event in list(events)[since:]:
+            if event.get("name") == "transport:datagrams_received":
+                event["name"] = RELEASED_EVENT
+                break

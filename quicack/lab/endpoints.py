@@ -77,13 +77,17 @@ class Attempt:
 
 
 async def attempt(address: str, port: int, path: str, timeout_s: float, index: int = 0,
-                  repetition: int = 0, receive_window: int | None = None, ack_policy: str = "aioquic") -> Attempt:
+                  repetition: int = 0, receive_window: int | None = None, ack_policy: str = "aioquic",
+                  session_ticket: object | None = None, token: bytes = b"") -> Attempt:
     """One handshake and GET ``path`` to ``address:port`` (the relay), the client acknowledging
-    by ``ack_policy``; never raises for network trouble (the outcome says what happened)."""
+    by ``ack_policy``, resuming ``session_ticket`` (the GET in 0-RTT when it allows early data)
+    and sending ``token`` when given; never raises for network trouble (the outcome says what
+    happened)."""
     cid, odcid = os.urandom(8), os.urandom(8)
     spec = probe.ProbeSpec(index, repetition, "localhost", address, port, cid, odcid, path=path,
                            first_response_timeout_s=timeout_s, handshake_timeout_s=timeout_s,
-                           response_timeout_s=timeout_s, receive_window=receive_window, ack_policy=ack_policy)
+                           response_timeout_s=timeout_s, receive_window=receive_window, ack_policy=ack_policy,
+                           session_ticket=session_ticket, token=token)
     one = TestbedProbe(spec, asyncio.get_running_loop())
     try:
         one.start()

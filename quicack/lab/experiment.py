@@ -16,6 +16,8 @@ stack sends its one certificate when it is ready), and the response size.  The f
     clients = ["quicack"]           # also "quic-go", "ngtcp2", "quinn", "quiche", "tquic", "s2n-quic", "kwik"
     one_way_delay_ms = [0.5, 4.5, 10, 50, 150]
     address = "127.0.0.1"           # loopback: where the servers and the relays listen
+    capture = false                 # true or "server": a capture per group of the relay ↔ server
+                                    # leg (dumpcap); "client": of the client ↔ relay leg
     cert_delay_ms = 5               # the defaults of every scenario's server settings
     cert_chain_length = 1
     response_bytes = 10240
@@ -28,7 +30,8 @@ stack sends its one certificate when it is ready), and the response size.  The f
     # queue_packets_to_client, queue_packets_to_server (one direction's own bound),
     # rate_overhead_bytes (bytes per datagram the rate counts besides its UDP payload: 28),
     # cert_delay_ms, cert_chain_length, response_bytes, description, ack_policy, path,
-    # request_ack_frequency, prime_bytes, prime_rate_to_client_kbps, receive_window_bytes (below)
+    # request_ack_frequency, prime_bytes, prime_rate_to_client_kbps, receive_window_bytes,
+    # resumption (below)
 
 ``ack_policy`` (also a top-level default) is how quicack's client acknowledges the response
 (:func:`quicack.core.ackschedule.make`: ``aioquic``, ``ratio:N``, ``custura``,
@@ -48,6 +51,12 @@ RTT a Careful Resume server saves, waited for until the server has ended it (its
 scenario's (a path whose capacity dropped in between: Safe Retreat).  ``receive_window_bytes``
 raises the client's initial flow-control limits (aioquic's 1 MB, doubled whenever half is used,
 would otherwise cap what a sender may have in flight on a high-BDP path).
+
+Resumption and 0-RTT (issue 29): ``resumption = true`` makes each attempt a pair through the
+relay — a full connection keeping the session ticket and NEW_TOKEN, then the attempt itself, a
+connection resuming the session with the same GET in 0-RTT (:mod:`quicack.lab.resumed`: quicack's
+client, ngtcp2's and quic-go's).  The drop lists apply to the resumed connection only (the full
+one meets the path without drops, as the earlier connection of ``prime_bytes``).
 
 A drop list may differ per server and per client, as the datagrams a stack sends do: a table
 whose keys are the scenario's servers gives one per server, one whose keys are the experiment's
@@ -96,7 +105,7 @@ def server_names() -> tuple[str, ...]:
 
 TOP_KEYS = ("name", "description", "repetitions", "servers", "clients", "one_way_delay_ms", "address",
             "seed", "timeout_s", "cert_delay_ms", "cert_chain_length", "response_bytes", "ack_policy",
-            "path", "scenario")
+            "path", "capture", "scenario")
 #: relay settings a scenario may give (the relay's option names, :meth:`RelayConfig.from_options`)
 RELAY_KEYS = ("loss_to_client", "loss_to_server", "burst", "jitter_ms", "rate_to_client_kbps",
               "rate_to_server_kbps", "queue_bytes", "queue_packets", "queue_packets_to_client",
@@ -105,7 +114,8 @@ SERVER_KEYS = ("cert_delay_ms", "cert_chain_length", "response_bytes")
 #: the earlier connection and the client's flow-control limits (module docstring)
 PRIME_KEYS = ("prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
 SCENARIO_KEYS = ("name", "description", "servers", "one_way_delay_ms", "drop_to_client", "drop_to_server",
-                 "ack_policy", "path", "request_ack_frequency", *SERVER_KEYS, *RELAY_KEYS, *PRIME_KEYS)
+                 "ack_policy", "path", "request_ack_frequency", "resumption", *SERVER_KEYS, *RELAY_KEYS,
+                 *PRIME_KEYS)
 DROP_KEYS = ("drop_to_client", "drop_to_server")
 #: quicack serve's bound on a response (quicack.lab.serve.MAX_RESPONSE_BYTES; serve loads aioquic)
 MAX_RESPONSE_BYTES = 64 << 20
@@ -164,6 +174,8 @@ class Scenario:
     prime_bytes: int | None = None
     prime_rate_to_client_kbps: float | None = None
     receive_window_bytes: int | None = None
+    #: each attempt a full connection, then the timed one resuming it with 0-RTT
+    resumption: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +247,9 @@ class Experiment:
     timeout_s: float
     scenarios: tuple[Scenario, ...]
     description: str = ""
+    #: capture each group's relay ↔ server leg (``server``) or client ↔ relay leg (``client``);
+    #: None: no capture (:mod:`quicack.lab.testbedcapture`)
+    capture: str | None = None
 
     def cells(self) -> list[Cell]:
         """Every cell, scenario by scenario, delay by delay, then server and client."""
@@ -397,12 +412,43 @@ def _scenario(reader: _Reader, table, index: int, top: dict, servers, clients, d
     policy, label = _ack_policy(reader, table, top, index), table.get("path", top.get("path") or name)
     if not isinstance(label, str) or not label:
         raise reader.fail(f"path {label!r}: expected a label such as \"geo\"", "path", index)
+    resume = _flag(reader, table, "resumption", index)
+    if resume:
+        _resumers(reader, clients, index)
     return Scenario(name, mine, reader.delays(table, list(delays), index),
                     reader.drops(table, "drop_to_client", mine, clients, index),
                     reader.drops(table, "drop_to_server", mine, clients, index),
                     float(settings["cert_delay_ms"]), settings["cert_chain_length"],
                     settings["response_bytes"], relay, description if isinstance(description, str) else "",
-                    policy, label, _request(reader, table, index), **prime)
+                    policy, label, _request(reader, table, index), **prime, resumption=resume)
+
+
+def _capture(reader: _Reader, doc: dict) -> str | None:
+    """``capture``: false, true (the server's leg), "server" or "client" (the leg next to it)."""
+    value = doc.get("capture", False)
+    if value is True or value in ("server", "client"):
+        return "server" if value is True else value
+    if value is False:
+        return None
+    raise reader.fail(f"capture {value!r}: expected false, true, \"server\" or \"client\"", "capture")
+
+
+def _flag(reader: _Reader, table: dict, key: str, index: int | None = None) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise reader.fail(f"{key} {value!r}: expected true or false", key, index)
+    return value
+
+
+def _resumers(reader: _Reader, clients: tuple[str, ...], index: int) -> None:
+    """Every client of a resumption scenario must be able to resume (:mod:`quicack.lab.resumed`)."""
+    from quicack.lab import resumed
+
+    for client in clients:
+        try:
+            resumed.check_client(client)
+        except QuicackError as e:
+            raise reader.fail(e.message, "resumption", index) from None
 
 
 def _request(reader: _Reader, table: dict, index: int) -> tuple[int, float] | None:
@@ -479,7 +525,8 @@ def load(path: str | Path) -> Experiment:
         path, name, reader.number(doc, "repetitions", 1, 1, integer=True), chosen, clients,
         _address(reader, doc), reader.number(doc, "seed", 0, 0, integer=True),
         float(reader.number(doc, "timeout_s", 10.0, 0, above=True)), scenarios,
-        doc.get("description", "") if isinstance(doc.get("description", ""), str) else "")
+        doc.get("description", "") if isinstance(doc.get("description", ""), str) else "",
+        _capture(reader, doc))
     for i, s in enumerate(scenarios):
         _check_relay(reader, experiment, i, s)
     return experiment

@@ -91,6 +91,12 @@ class Made:
     #: quicack's client: from its first Initial to the response's last byte, when it had the whole
     #: response (testbed_runs.ttlb_ms, ack_policy_runs.download_s)
     ttlb_ms: float | None = None
+    #: a resumed attempt (:mod:`quicack.lab.resumed`): its full connection, and the resumed
+    #: connection's zero_rtt and session_resumed where the client reports them
+    full: Made | None = None
+    resumed: dict = field(default_factory=dict)
+    #: quicack's client: its NSS key log lines (a capture's key log)
+    keylog: str = ""
 
     @classmethod
     def from_probe(cls, cell: Cell, repetition: int, one: endpoints.Attempt) -> Made:
@@ -99,7 +105,7 @@ class Made:
                    r.error_reason or (f"timeout ({r.timeout_phase})" if r.timeout_phase else None),
                    r.started_epoch_ms or None, r.response_bytes, one.certificates, one.flow, one.odcid,
                    trace=r.trace, scid=r.cid_tag, ttfb_ms=r.ttfb_ms,
-                   ttlb_ms=r.response_ms if r.outcome == "ok" else None)
+                   ttlb_ms=r.response_ms if r.outcome == "ok" else None, keylog=r.keylog)
 
     @classmethod
     def from_stack(cls, cell: Cell, repetition: int, one: stackclients.StackAttempt) -> Made:
@@ -139,7 +145,7 @@ def _settings(cell: Cell) -> dict:
             "cert_chain_length": cell.cert_chain_length, "cert_delay_ms": cell.cert_delay_ms,
             "response_bytes": s.response_bytes, "prime_bytes": s.prime_bytes,
             "prime_rate_to_client_kbps": s.prime_rate_to_client_kbps,
-            "receive_window_bytes": s.receive_window_bytes}
+            "receive_window_bytes": s.receive_window_bytes, "resumption": s.resumption}
 
 
 def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) -> list[Group]:
@@ -166,6 +172,14 @@ def plan(experiment: Experiment, repetitions: int, stored: dict[tuple, dict]) ->
     return out
 
 
+def _resumed_columns(one: Made, full_id: int | None) -> dict:
+    """A resumed attempt's columns and helpers for :func:`testbedrows.insert`."""
+    full = one.full.own if one.full is not None else {}
+    return {"full_client_connection_id": full_id, "session_resumed": one.resumed.get("session_resumed"),
+            "client_zero_rtt": one.resumed.get("zero_rtt"), "full_client_ttfb_ms": full.get("client_ttfb_ms"),
+            "full_client_handshake_ms": full.get("client_handshake_ms")}
+
+
 def _path(cell: Cell) -> str:
     size = cell.scenario.response_bytes
     return "/" if size is None else f"/{size}"
@@ -186,6 +200,7 @@ class _Invocation:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         self.server_dir = workdir / "server" / stamp
         self.peer_dir = workdir / "peers" / stamp
+        self.capture_dir = workdir / "capture" / stamp
         self.client_dir.mkdir(parents=True, exist_ok=True)
         self.ports: dict[tuple, int] = {}
         self.programs: dict[str, Path] = {}
@@ -234,6 +249,7 @@ class _Invocation:
     def run_group(self, group: Group) -> None:
         """Peers and relays up, the group's attempts, relays and peers down, then everything stored."""
         from quicack.lab.relay import RelayConfig, RelayProcess
+        from quicack.lab.testbedcapture import GroupCapture
 
         host = _host(self.experiment.address)
         relays: dict[str, RelayProcess] = {}
@@ -244,6 +260,7 @@ class _Invocation:
         sizes = {c.scenario.response_bytes for c in peer_cells if c.scenario.response_bytes is not None}
         peers = stackservers.PeerServers(list(dict.fromkeys(c.server for c in peer_cells)), self.peer_dir,
                                          self.experiment.address, sizes, self.progress)
+        capture = None
         with contextlib.ExitStack() as stack:
             stack.enter_context(peers)
             for cell in group.cells:
@@ -251,9 +268,18 @@ class _Invocation:
                 config = RelayConfig.from_options(**cell.relay_options(
                     f"{host}:0", f"{host}:{port}", self.experiment.seed))
                 relays[cell.server] = stack.enter_context(RelayProcess(config))
-                if cell.scenario.prime_rate_to_client_kbps is not None:
+                if cell.scenario.prime_rate_to_client_kbps is not None or (
+                        cell.scenario.resumption and (cell.drop_to_client or cell.drop_to_server)):
                     primes[cell.server] = stack.enter_context(RelayProcess(RelayConfig.from_options(
                         **cell.relay_options(f"{host}:0", f"{host}:{port}", self.experiment.seed, prime=True))))
+            if self.experiment.capture:  # one leg: the servers' ports, or the relays' (client side)
+                first = group.cells[0]
+                ports = ({peers.ports[c.server] if c.peer else self.ports[c.listener] for c in group.cells}
+                         if self.experiment.capture == "server"
+                         else {relay.address[1] for relay in (*relays.values(), *primes.values())})
+                capture = stack.enter_context(GroupCapture(
+                    self.capture_dir / f"{first.scenario.name}_{first.one_way_delay_ms:g}ms_{first.client}.pcapng",
+                    ports))
             try:
                 # no full collection of the runner's heap (DuckDB's, the store's) in an attempt
                 with gctuning.tuned(collect_first=True):
@@ -266,14 +292,17 @@ class _Invocation:
             except KeyboardInterrupt:
                 interrupted = True
         if done:
-            self.store_group(done, {server: relay.records for server, relay in relays.items()}, peers.qlogs)
+            self.store_group(done, {server: relay.records for server, relay in relays.items()}, peers.qlogs,
+                             capture)
         if interrupted:
             raise KeyboardInterrupt
 
     def attempt(self, cell: Cell, repetition: int, relay, prime_relay=None, ca: Path | None = None) -> Made:
         summary = self.summary
         address, port = relay.address
-        if cell.client == "quicack":
+        if cell.scenario.resumption:
+            one = self._resumed(cell, repetition, relay, prime_relay or relay, ca)
+        elif cell.client == "quicack":
             primed = cell.scenario.prime_bytes is not None
             if primed:
                 self._prime(cell, prime_relay or relay)
@@ -283,11 +312,9 @@ class _Invocation:
             if primed and not cell.peer:
                 self._server_done(one.odcid)
         else:
-            folder = self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
-                                                      f"{cell.server}_{repetition}")
             one = Made.from_stack(cell, repetition, stackclients.attempt(
                 cell.client, self.programs[cell.client], address, port, _path(cell),
-                self.experiment.timeout_s, folder, ca))
+                self.experiment.timeout_s, self._folder(cell, repetition), ca))
         summary.attempted += 1
         summary.outcomes[one.outcome] += 1
         took = (f"ttfb {one.ttfb_ms:.1f} ms" if one.ttfb_ms is not None else
@@ -295,6 +322,34 @@ class _Invocation:
         self.progress(f"[{summary.stored_before + summary.attempted}/{summary.total}] {cell.scenario.name} "
                       f"{cell.one_way_delay_ms:g} ms {cell.server} {cell.client} #{repetition}: "
                       f"{one.outcome} ({took})")
+        return one
+
+    def _folder(self, cell: Cell, repetition: int) -> Path:
+        """A real client's folder for one attempt."""
+        return self.client_dir / cell.client / (f"{cell.scenario.name}_{cell.one_way_delay_ms:g}ms_"
+                                                f"{cell.server}_{repetition}")
+
+    def _resumed(self, cell: Cell, repetition: int, relay, full_relay, ca: Path | None) -> Made:
+        """A resumed attempt (:mod:`quicack.lab.resumed`): the full connection through
+        ``full_relay`` (the scenario's path without its drops), then the timed one resuming it
+        through ``relay``; both relays lead to the cell's server."""
+        from quicack.lab import resumed
+
+        path, timeout = _path(cell), self.experiment.timeout_s
+        if cell.client == "quicack":
+            first, second, columns = self.loop.run_until_complete(resumed.quicack_pair(
+                full_relay.address, relay.address, path, timeout, self.summary.attempted, repetition,
+                cell.scenario.receive_window_bytes, cell.ack_policy))
+            one = Made.from_probe(cell, repetition, second)
+            one.full, one.resumed = Made.from_probe(cell, repetition, first), columns
+        else:
+            first, second = resumed.stack_pair(cell.client, self.programs[cell.client], full_relay.address,
+                                               relay.address, path, timeout, self._folder(cell, repetition), ca)
+            one = Made.from_stack(cell, repetition, second)
+            one.full = Made.from_stack(cell, repetition, first)
+        took = f" (ttfb {one.full.ttfb_ms:.1f} ms)" if one.full.ttfb_ms is not None else ""
+        self.progress(f"  full connection: {one.full.outcome}{took}; resumed: "
+                      f"0-RTT {one.resumed.get('zero_rtt') or '(from the traces)'}")
         return one
 
     def _prime(self, cell: Cell, relay) -> None:
@@ -315,13 +370,19 @@ class _Invocation:
         writing a large qlog."""
         endpoints.wait_for_qlog(self.server_dir, odcid, time.monotonic() + SERVER_QLOG_WAIT_S)
 
-    def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]]) -> None:
-        """Ingest both ends' qlogs, store the relays' records and the attempts' rows."""
+    def store_group(self, done: list[Made], records: dict, peer_qlogs: dict[str, list[Path]],
+                    capture=None) -> None:
+        """Ingest both ends' qlogs (and the group's capture), store the relays' records and the
+        attempts' rows."""
         deadline = time.monotonic() + SERVER_QLOG_WAIT_S
         client_ids = self._ingest_clients(done)
+        fulls = [i for i, one in enumerate(done) if one.full is not None]
+        full_ids = {fulls[n]: connection_id for n, connection_id
+                    in self._ingest_clients([done[i].full for i in fulls]).items()}
         self._find_flows(done, records)
         relay_ids = {server: rec.write(self.store) for server, rec in records.items() if rec is not None}
         server_ids, server_paths = self._match_peers(done, peer_qlogs)
+        captured = self._ingest_capture(capture, done) if capture is not None else [None] * len(done)
         rows = []
         for i, one in enumerate(done):
             cell = one.cell
@@ -340,7 +401,8 @@ class _Invocation:
                 relay_flow=one.flow, client_qlog_path=str(one.qlog) if i in client_ids and one.qlog else None,
                 server_qlog_path=str(server_paths[i]) if server_paths[i] else None,
                 ttlb_ms=one.ttlb_ms, client_pto_source=stackclients.pto_source(cell.client),
-                server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server)))
+                server_pto_source=stackclients.SERVER_PTO_SOURCES.get(cell.server),
+                capture_connection_id=captured[i], **_resumed_columns(one, full_ids.get(i))))
         self.summary.stored += testbedrows.insert(self.store.con, rows)
         ackpolicyruns.insert(self.store.con, [
             dict(row, ack_policy=one.cell.ack_policy, path=one.cell.scenario.path,
@@ -350,6 +412,19 @@ class _Invocation:
             for row, one in zip(rows, done) if one.cell.scenario.ack_policy is not None and one.cell.client == "quicack"])
         self.progress(f"stored {len(rows)} attempts of {done[0].cell.scenario.name}, "
                       f"{done[0].cell.one_way_delay_ms:g} ms")
+
+    def _ingest_capture(self, capture, done: list[Made]) -> list[int | None]:
+        """The group's capture, decrypted with its clients' keys: each attempt's connection in it."""
+        from quicack.lab import testbedcapture
+
+        made = done + [one.full for one in done if one.full is not None]
+        capture.write_keylog([one.keylog for one in made],
+                             [one.qlog.parent / "keylog.txt" for one in made if one.trace is None and one.qlog])
+        result = self.store.ingest(capture.path)
+        if result.file_id is None:
+            self.progress(f"warning: {capture.path}: not ingested: {result.error}")
+            return [None] * len(done)
+        return testbedcapture.match(self.store, result.file_id, [one.odcid for one in done])
 
     def _ingest_clients(self, done: list[Made]) -> dict[int, int]:
         """Ingest the clients' traces: attempt index → client connection_id.  quicack's are

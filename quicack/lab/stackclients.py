@@ -129,26 +129,34 @@ def binary(name: str, progress=None) -> Path:
 
 
 def command(name: str, program: Path, host: str, port: int, path: str, timeout_s: float,
-            folder: Path, ca: Path | None = None) -> tuple[list[str], dict[str, str], str | None]:
+            folder: Path, ca: Path | None = None,
+            session: Path | None = None) -> tuple[list[str], dict[str, str], str | None]:
     """The client's command line and environment for one GET of ``path`` from ``host:port``
     writing its qlog into ``folder``; and the ODCID it was told to use (None: its own).  ``ca``:
-    the server's trust anchor (PEM), for the clients of :data:`CHECKS_CERTIFICATES`."""
+    the server's trust anchor (PEM), for the clients of :data:`CHECKS_CERTIFICATES`; ``session``:
+    a folder whose TLS session and transport parameters the client writes and, when there,
+    resumes with early data (ngtcp2, quic-go: :mod:`quicack.lab.resumed`)."""
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     url = f"https://{authority}{path}"
     env = {**os.environ, "QUIC_GO_DISABLE_GSO": "true"}
     if name == "quic-go":
         # one X25519 key share, as quicack's client (Go 1.26 would lead with X25519MLKEM768)
+        resume = ["-session", str(session / "session.json")] if session is not None else []
         return ([str(program), "-get", url, "-insecure", "-curves", "X25519", "-timeout", f"{timeout_s:g}s",
-                 "-keylog", str(folder / "keylog.txt")], {**env, "QLOGDIR": str(folder)}, None)
+                 "-keylog", str(folder / "keylog.txt"), *resume], {**env, "QLOGDIR": str(folder)}, None)
     if name == "ngtcp2":
         odcid = secrets.token_hex(8)
-        return ([str(program), "--quiet", "--exit-on-all-streams-close", "--no-quic-dump", "--no-http-dump",
+        resume = ([f"--session-file={session / 'session.pem'}", f"--tp-file={session / 'tp.pem'}"]
+                  if session is not None else [])
+        return ([str(program), *resume, "--quiet", "--exit-on-all-streams-close", "--no-quic-dump", "--no-http-dump",
                  f"--qlog-file={folder / 'ngtcp2-client.sqlog'}", f"--dcid={odcid}", f"--download={folder}",
                  f"--handshake-timeout={timeout_s:g}s", f"--timeout={timeout_s:g}s", host, str(port), url],
                 env, odcid)
     if name == "quinn":
         return ([str(program), "--get", url, "--qlog", str(folder / "quinn-client.sqlog"),
                  "--timeout", f"{timeout_s:g}"], env, None)
+    if session is not None:
+        raise QuicackError(f"the {name} client cannot resume a session here")
     if name in CHECKS_CERTIFICATES:
         if ca is None:
             raise QuicackError(f"the {name} client checks the server's certificate: it needs the server's trust anchor")
@@ -185,14 +193,14 @@ def _result(name: str, code: int | None, stdout: str, stderr: str, folder: Path,
 
 
 def attempt(name: str, program: Path, host: str, port: int, path: str, timeout_s: float,
-            folder: Path, ca: Path | None = None) -> StackAttempt:
+            folder: Path, ca: Path | None = None, session: Path | None = None) -> StackAttempt:
     """One connection attempt of client ``name`` through ``host:port`` (the relay); its qlog and
-    files in ``folder`` (emptied first); ``ca`` as :func:`command`.  Never raises for network
-    trouble."""
+    files in ``folder`` (emptied first); ``ca`` and ``session`` as :func:`command`.  Never raises
+    for network trouble."""
     folder = folder.resolve()  # (the child runs in it)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    cmd, env, odcid = command(name, program, host, port, path, timeout_s, folder, ca)
+    cmd, env, odcid = command(name, program, host, port, path, timeout_s, folder, ca, session)
     started = time.time() * 1e3
     child = subprocess.Popen(cmd, env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)

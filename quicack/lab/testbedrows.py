@@ -24,6 +24,11 @@ testbed run is measured exactly as any other trace):
   This counts what was sent again, whatever made the stack send it (PTO, loss detection); aioquic
   logs a PTO's retransmissions as ``packet_lost`` too, so lost-packet counts would mix causes.
   NULL when the endpoint's qlog logs no frames for the connection (quinn 0.11);
+- resumed attempts (``resumption``, :mod:`quicack.lab.resumed`): the row is the resumed
+  connection; ``zero_rtt`` is what quicack's client saw of its early data, else the
+  ``address_validation.zero_rtt`` of the client's trace, else of the server's;
+  ``full_ttfb_ms``, ``full_handshake_ms`` are the full connection's, as ``ttfb_ms`` and
+  ``handshake_ms`` (its trace: ``full_client_connection_id``);
 - ``ttlb_ms``: the time to last byte quicack's client measured itself (its first Initial sent →
   the response's end of stream read, on its event loop's clock; NULL for a real client).
 
@@ -41,7 +46,8 @@ if TYPE_CHECKING:
 
 #: what the runner may give per attempt besides, used for the figures and not stored: a client's
 #: own TTFB and handshake time, and where each end's PTO expiries come from (module docstring)
-HELPER_COLUMNS = ("client_ttfb_ms", "client_handshake_ms", "client_pto_source", "server_pto_source")
+HELPER_COLUMNS = ("client_ttfb_ms", "client_handshake_ms", "client_pto_source", "server_pto_source",
+                  "client_zero_rtt", "full_client_ttfb_ms", "full_client_handshake_ms")
 #: what the runner gives per attempt, in DDL order (the figures follow in the DDL)
 ATTEMPT_COLUMNS = ("experiment", "scenario", "server", "client", "one_way_delay_ms", "repetition",
                    "drop_to_client", "drop_to_server", "cert_chain_length", "cert_delay_ms",
@@ -49,18 +55,22 @@ ATTEMPT_COLUMNS = ("experiment", "scenario", "server", "client", "one_way_delay_
 LINK_COLUMNS = ("certificates_received", "response_bytes_received", "client_connection_id",
                 "server_connection_id", "relay_run_id", "relay_flow", "client_qlog_path",
                 "server_qlog_path", "ttlb_ms", "prime_bytes", "prime_rate_to_client_kbps",
-                "receive_window_bytes")
+                "receive_window_bytes", "resumption", "session_resumed", "full_client_connection_id",
+                "capture_connection_id")
 KEY = ("experiment", "scenario", "server", "client", "one_way_delay_ms", "repetition")
 #: a cell's settings: a resumed run must find the rows it continues made with the same ones
 SETTINGS = ("drop_to_client", "drop_to_server", "cert_chain_length", "cert_delay_ms", "response_bytes",
-            "prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes")
+            "prime_bytes", "prime_rate_to_client_kbps", "receive_window_bytes", "resumption")
+#: how a setting is read back (rows stored before schema 9 have no resumption: false)
+_STORED = {"resumption": "coalesce(resumption, false)"}
 
 _TYPES = {"one_way_delay_ms": "DOUBLE", "repetition": "INTEGER", "cert_chain_length": "INTEGER",
           "cert_delay_ms": "DOUBLE", "response_bytes": "BIGINT", "started_epoch_ms": "DOUBLE",
           "certificates_received": "INTEGER", "response_bytes_received": "BIGINT",
           "client_connection_id": "BIGINT", "server_connection_id": "BIGINT", "relay_run_id": "BIGINT",
           "ttlb_ms": "DOUBLE", "prime_bytes": "BIGINT", "prime_rate_to_client_kbps": "DOUBLE",
-          "receive_window_bytes": "BIGINT"}
+          "receive_window_bytes": "BIGINT", "resumption": "BOOLEAN", "session_resumed": "BOOLEAN",
+          "full_client_connection_id": "BIGINT", "capture_connection_id": "BIGINT"}
 
 _INSERT_SQL = """
 WITH ours AS (
@@ -96,6 +106,9 @@ SELECT {attempt}, coalesce(cc.first_response_byte_ms, b.client_ttfb_ms),
            WHEN 'timers' THEN coalesce(se.n, 0) WHEN 'metrics' THEN coalesce(sm.n, 0) END END,
        CASE WHEN cf.connection_id IS NOT NULL THEN coalesce(cr.packets, 0) END,
        CASE WHEN sf.connection_id IS NOT NULL THEN coalesce(sr.packets, 0) END,
+       CASE WHEN b.resumption::BOOLEAN THEN coalesce(b.client_zero_rtt, cav.zero_rtt, sav.zero_rtt) END,
+       coalesce(fc.first_response_byte_ms, b.full_client_ttfb_ms),
+       coalesce(fc.handshake_complete_ms, b.full_client_handshake_ms),
        {links}
 FROM testbed_batch b
 LEFT JOIN connections cc ON cc.connection_id = b.client_connection_id
@@ -108,9 +121,13 @@ LEFT JOIN framed cf ON cf.connection_id = b.client_connection_id
 LEFT JOIN framed sf ON sf.connection_id = b.server_connection_id
 LEFT JOIN retransmitted cr ON cr.connection_id = b.client_connection_id
 LEFT JOIN retransmitted sr ON sr.connection_id = b.server_connection_id
+LEFT JOIN connections fc ON fc.connection_id = b.full_client_connection_id
+LEFT JOIN address_validation cav ON cav.connection_id = b.client_connection_id
+LEFT JOIN address_validation sav ON sav.connection_id = b.server_connection_id
 """
 FIGURE_COLUMNS = ("ttfb_ms", "handshake_ms", "client_first_pto_ms", "client_pto_count",
-                  "server_pto_count", "client_retransmitted_packets", "server_retransmitted_packets")
+                  "server_pto_count", "client_retransmitted_packets", "server_retransmitted_packets",
+                  "zero_rtt", "full_ttfb_ms", "full_handshake_ms")
 COLUMNS = ATTEMPT_COLUMNS + FIGURE_COLUMNS + LINK_COLUMNS
 
 
@@ -124,7 +141,9 @@ def insert(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
         return 0
     given = ATTEMPT_COLUMNS + LINK_COLUMNS
     helpers = {"client_ttfb_ms": pa.float64(), "client_handshake_ms": pa.float64(),
-               "client_pto_source": pa.string(), "server_pto_source": pa.string()}
+               "client_pto_source": pa.string(), "server_pto_source": pa.string(),
+               "client_zero_rtt": pa.string(), "full_client_ttfb_ms": pa.float64(),
+               "full_client_handshake_ms": pa.float64()}
     batch = pa.Table.from_pydict(
         {**{c: [r.get(c) for r in rows] for c in given},
          **{c: pa.array([r.get(c, "timers" if c.endswith("_source") else None) for r in rows], kind)
@@ -151,7 +170,7 @@ def stored(con: duckdb.DuckDBPyConnection, experiment: str) -> dict[tuple, dict]
     they differ)}."""
     found = con.execute(f"""
         SELECT scenario, server, client, one_way_delay_ms, list(DISTINCT repetition),
-               {', '.join(f'list(DISTINCT {c})' for c in SETTINGS)}
+               {', '.join(f'list(DISTINCT {_STORED.get(c, c)})' for c in SETTINGS)}
         FROM testbed_runs WHERE experiment = ? GROUP BY ALL""", [experiment]).fetchall()
     out = {}
     for scenario, server, client, delay, repetitions, *settings in found:

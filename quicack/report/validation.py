@@ -1,11 +1,12 @@
 """The report's section on resumption, 0-RTT and the anti-amplification limit (issue 29, seed 002).
 
 Theory of operation: everything is read from tables the ingest filled — ``probes`` (``scan
---resumption``: ticket, token, 0-RTT, both connections' TTFB), ``address_validation`` (the 3×
+--resumption``: ticket, token, 0-RTT, both connections' TTFB), ``testbed_runs`` (resumed
+attempts: 0-RTT, full and resumed TTFB per server and client), ``address_validation`` (the 3×
 budget per connection), ``key_waits`` and, through :func:`quicack.store.keywaits.inflated_samples`,
 the peer's RTT samples those waits inflated, and ``datagrams`` for the timelines.  Aggregates run
 in DuckDB; the timelines draw one connection per *shape* (the server blocked at its budget; a trace
-that ends blocked; a server that broke 3×; 0-RTT accepted), each the first such connection of the
+that ends blocked; a server that broke 3×; a block its instant ACK caused; 0-RTT accepted), each the first such connection of the
 store, as cumulative bytes per side against time with the server's budget (3 × the client's bytes
 until validation).  Nothing is written when the store holds none of it.
 """
@@ -30,6 +31,8 @@ SHAPES = (
      "the trace ends with the server at its limit: nothing armed, nothing sent (idle timeout)"),
     ("3× exceeded", "a.limit_exceeded",
      "the server sent more than 3 × what it had received before validation"),
+    ("instant ACK caused the block", "a.iack_caused_block",
+     "without the bytes its instant ACK spent, the server would have sent what it waited to send"),
     ("0-RTT accepted", "a.zero_rtt = 'accepted'", "a resumed connection whose early data was accepted"),
 )
 
@@ -48,6 +51,7 @@ def validation_sections(store: Store, page: Page) -> None:
               "the limit and was blocked there with more to send, and the 0-RTT packets seen. Client-side views "
               "are put in the server's order first (<code>clock_shift_ms</code>).")
     _resumption(store, page)
+    _testbed_resumption(store, page)
     page.table(store.sql(f"""
         SELECT c.vantage, count(*) AS connections,
                count(*) FILTER (WHERE a.limit_reached) AS at_limit, count(*) FILTER (WHERE a.blocked_count > 0) AS blocked,
@@ -83,6 +87,26 @@ def _resumption(store: Store, page: Page) -> None:
         FROM probes WHERE ticket_received IS NOT NULL GROUP BY ALL ORDER BY 1"""))
 
 
+def _testbed_resumption(store: Store, page: Page) -> None:
+    """Resumed testbed attempts (``resumption = true``): 0-RTT and the TTFB of both connections."""
+    if not has_table(store, "testbed_runs") or not store.con.execute(
+            "SELECT count(*) FROM testbed_runs WHERE resumption").fetchall()[0][0]:
+        return
+    page.section("validation-testbed-resumption", "Resumed connections in the testbed", 3)
+    page.text("Each attempt: a full connection keeping the session ticket, then one resuming it with its GET in "
+              "0-RTT, through the same relay. Where the early data is accepted and answered at once, the resumed "
+              "connection's first response byte comes one round trip (2 × the one-way delay) earlier.")
+    page.table(store.sql("""
+        SELECT experiment, one_way_delay_ms, server, client, count(*) AS attempts,
+               count(*) FILTER (WHERE zero_rtt = 'accepted') AS zero_rtt_accepted,
+               count(*) FILTER (WHERE zero_rtt = 'rejected') AS zero_rtt_rejected,
+               count(*) FILTER (WHERE zero_rtt = 'not_offered') AS zero_rtt_not_offered,
+               median(full_ttfb_ms) FILTER (WHERE outcome = 'ok') AS full_ttfb_ms,
+               median(ttfb_ms) FILTER (WHERE outcome = 'ok') AS resumed_ttfb_ms,
+               median(full_ttfb_ms - ttfb_ms) FILTER (WHERE outcome = 'ok') AS saved_ms
+        FROM testbed_runs WHERE resumption GROUP BY ALL ORDER BY 1, 2, 4, 3"""))
+
+
 def _inflated(store: Store, page: Page) -> None:
     """Packets that waited for keys, and the peer samples they inflated."""
     if not has_table(store, "key_waits") or not store.con.execute("SELECT count(*) FROM key_waits").fetchall()[0][0]:
@@ -91,7 +115,7 @@ def _inflated(store: Store, page: Page) -> None:
     page.text("RFC 9000 §13.2.5 counts the ACK Delay from receipt; RFC 9002 §5.3 lets the peer subtract it only up "
               "to max_ack_delay once the handshake is confirmed. <i>from_receipt_rtt_ms</i>: the peer's sample with "
               "the whole delay since receipt taken off.")
-    page.table(store.sql("""SELECT connection_id, packet_type, packet_number, wait_ms, ack_delay_ms,
+    page.table(store.sql("""SELECT connection_id, receiver, source, packet_type, packet_number, wait_ms, ack_delay_ms,
             ack_delay_from_receipt_ms, uncovered_ms, max_ack_delay_ms, sample_inflation_ms
         FROM key_waits ORDER BY connection_id, buffered_event_index LIMIT 50"""))
     samples = inflated_samples(store.con)

@@ -13,8 +13,10 @@ in 1-RTT packets.  The second connection's connection IDs carry the repetition +
 (:mod:`quicack.core.cidtag`), so a capture tells the two apart.
 
 The pair is one ``probes`` row: the columns of an ordinary probe (and its qlog) describe the first
-connection; ``resumed_*`` and the ticket, token and 0-RTT columns the second (its qlog is not
-kept; a capture with ``--pcap`` holds both).  A probe never raises: a failed first connection
+connection; ``resumed_*`` and the ticket, token and 0-RTT columns the second.  The second's own
+trace goes to a batch file of its own (``qlog/resumed/``, :mod:`quicack.scan.writer`), named by
+``resumed_qlog_path`` and ``resumed_qlog_trace_index``; once ingested, ``resumed_connection_id``
+points at it.  A probe never raises: a failed first connection
 leaves the second unattempted (``resumed_outcome`` NULL).
 """
 
@@ -23,11 +25,15 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import orjson
+
 from quicack.core import cidtag
 from quicack.scan import probe
 
 #: The repetition byte of the resumed connection's IDs: the first connection's + this.
 RESUMED_TAG = 128
+#: the row key carrying the resumed connection's serialized trace from the probe to the writer
+RESUMED_TRACE = "resumed_trace"
 
 
 def resumed_cids(run_tag: int, target_index: int, repetition: int) -> tuple[bytes, bytes]:
@@ -44,11 +50,13 @@ async def run_pair(spec: probe.ProbeSpec, cids: tuple[bytes, bytes]) -> tuple[pr
     columns = ticket_columns(first)
     if first.session_ticket is None and not first.token:
         return first, columns
-    second_spec = dataclasses.replace(spec, cid=cids[0], odcid=cids[1], keep_qlog=False,
+    second_spec = dataclasses.replace(spec, cid=cids[0], odcid=cids[1], keep_qlog=spec.keep_qlog,
                                       session_ticket=first.session_ticket, token=first.token)
     second = await probe.run(second_spec)
     first.keylog += second.keylog  # the key log covers both (a capture of the pair decrypts)
     columns.update(resumed_columns(second), token_used=bool(first.token))
+    if second.trace is not None:  # (the scan's writer stores it in a file of its own)
+        columns[RESUMED_TRACE] = orjson.dumps(second.trace)
     return first, columns
 
 

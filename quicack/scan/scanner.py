@@ -140,7 +140,8 @@ def _ingest_pending(store: Store, run_id: int, opts: ScanOptions, progress: Prog
     """Ingest every qlog file of the run whose probes are not linked yet (this scan's, or those
     of a scan killed before it got there), small ones merged first; return the errors of
     refused files."""
-    pending = merge_batches(store, scantables.unlinked_files(store.con, run_id), opts)
+    pending = (merge_batches(store, scantables.unlinked_files(store.con, run_id), opts)
+               + scantables.unlinked_resumed_files(store.con, run_id))
     progress.phase, progress.files_to_ingest, progress.files_ingested = "ingesting", len(pending), 0
     failures = []
     for path in pending:

@@ -94,9 +94,25 @@ class Writer(threading.Thread):
             self.cpu_s += time.thread_time() - started
             self.progress.writer_cpu_s = self.cpu_s
 
+    def _write_resumed(self, rows: list[dict]) -> Path | None:
+        """The resumed connections' traces of a batch (``scan --resumption``) as one file of their
+        own, named in their rows; the file's path, or None without any."""
+        from quicack.scan.resumption import RESUMED_TRACE
+
+        traced = [(row, row.pop(RESUMED_TRACE)) for row in rows if row.get(RESUMED_TRACE) is not None]
+        if not traced:
+            return None
+        folder = self.out_dir / "qlog" / "resumed"
+        folder.mkdir(parents=True, exist_ok=True)
+        path, digest = batches.write_batch(folder, [t for _, t in traced])
+        for index, (row, _) in enumerate(traced):
+            row.update(resumed_qlog_path=str(path), resumed_qlog_trace_index=index, resumed_qlog_sha256=digest)
+        return path
+
     def _flush(self, batch: list) -> None:
         con = self.store.con
         traced = [(row, trace) for row, trace, _ in batch if trace is not None]
+        resumed_path = self._write_resumed([row for row, _, _ in batch])
         qlog_path = None
         digest = None
         if traced:
@@ -123,8 +139,8 @@ class Writer(threading.Thread):
             con.execute("ROLLBACK")
             raise
         self.backlog -= len(batch)
-        if qlog_path is not None and self.opts.ingest_during:
-            result = self.store.ingest(qlog_path)
-            if result.status == "refused":
-                self.failures.append(result.error or str(qlog_path))
+        for path in (qlog_path, resumed_path) if self.opts.ingest_during else ():
+            result = self.store.ingest(path) if path is not None else None
+            if result is not None and result.status == "refused":
+                self.failures.append(result.error or str(path))
         self.progress.ingested += len(batch)

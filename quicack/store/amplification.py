@@ -53,12 +53,16 @@ _DATAGRAMS_SQL = f"""
           AND connection_id NOT IN (SELECT connection_id FROM datagrams WHERE connection_id >= $first)
         GROUP BY connection_id, datagram_id, direction),
     ev AS (
+        -- (quicack serve's early_data_released: a kept 0-RTT packet handed again, no datagram:
+        -- 0 bytes, its bytes came with the datagram it arrived in; quicack/lab/earlydata.py)
         SELECT connection_id, event_index, event_name LIKE '%datagrams_sent' AS sent,
-               TRY_CAST(data->'raw'->0->>'payload_length' AS INTEGER) AS payload,
+               CASE WHEN event_name LIKE '%early_data_released' THEN 0
+                    ELSE TRY_CAST(data->'raw'->0->>'payload_length' AS INTEGER) END AS payload,
                TRY_CAST(data->'datagram_ids'->>0 AS BIGINT) AS logged_id,
                coalesce(json_array_length(data->'raw'), 0) AS entries
         FROM other_events
-        WHERE connection_id >= $first AND (event_name LIKE '%datagrams_received' OR event_name LIKE '%datagrams_sent')),
+        WHERE connection_id >= $first AND (event_name LIKE '%datagrams_received' OR event_name LIKE '%datagrams_sent'
+                                           OR event_name LIKE '%early_data_released')),
     matched AS (
         -- (received: the first datagram after each event, its packets come right after it)
         SELECT pk.*, ev.payload, ev.entries,
@@ -85,25 +89,40 @@ _DATAGRAMS_SQL = f"""
 #: per datagram: validates / instant ACK / new data (module docstring, step 2)
 _FLAGS_SQL = """
     WITH fr AS (
-        SELECT p.connection_id, p.datagram_id, p.event_index, p.sender, p.packet_type,
+        SELECT p.connection_id, p.datagram_id, p.event_index, p.time_ms, p.sender, p.packet_type,
+               p.size_bytes AS packet_bytes,
                p.packet_number_space AS space, f.position, f.frame_type, f.stream_id,
-               f.offset_bytes + f.length_bytes AS end_bytes
+               f.offset_bytes, f.offset_bytes + f.length_bytes AS end_bytes
         FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
         WHERE p.connection_id >= $first),
     nd AS (
         SELECT *, max(end_bytes) OVER (PARTITION BY connection_id, sender, space, frame_type, stream_id
                                       ORDER BY event_index, position
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
-        FROM fr)
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before,
+               min(time_ms) OVER (PARTITION BY connection_id, sender, space, frame_type, stream_id) AS first_ms
+        FROM fr),
+    -- new data: CRYPTO bytes of the handshake beyond those sent, or more bytes of a stream begun
+    nw AS (
+        SELECT *, coalesce((frame_type = 'crypto' AND space IN ('initial', 'handshake')
+                            AND end_bytes > coalesce(before, 0))
+                           OR (frame_type = 'stream' AND end_bytes > before), false) AS new
+        FROM nd),
+    np AS (  -- per datagram: new data, its bytes, and when the earliest of its streams (or CRYPTO space) began
+        SELECT connection_id, datagram_id, sender, bool_or(new) AS new_data,
+               sum(end_bytes - greatest(offset_bytes, coalesce(before, 0))) FILTER (WHERE new)::INTEGER AS new_bytes,
+               min(first_ms) FILTER (WHERE new) AS started_ms
+        FROM nw GROUP BY ALL)
     SELECT d.connection_id, d.datagram_id, d.time_ms, d.sender, d.size_bytes, d.size_source,
            coalesce(bool_or(nd.packet_type = 'handshake'), false) AS validates,
            coalesce(bool_and(nd.packet_type = 'initial') AND bool_or(nd.frame_type = 'ack')
                     AND bool_and(nd.frame_type IS NULL OR nd.frame_type IN ('ack', 'padding')), false) AS ack_only,
-           coalesce(bool_or((nd.frame_type = 'crypto' AND nd.space IN ('initial', 'handshake')
-                             AND nd.end_bytes > coalesce(nd.before, 0))
-                            OR (nd.frame_type = 'stream' AND nd.end_bytes > nd.before)), false) AS new_data,
-           coalesce(bool_or(nd.packet_type = 'retry'), false) AS retry
+           coalesce(any_value(np.new_data), false) AS new_data,
+           coalesce(bool_or(nd.packet_type = 'retry'), false) AS retry, any_value(np.new_bytes) AS new_bytes,
+           any_value(np.started_ms) AS started_ms,
+           -- a request: STREAM bytes on a bidirectional stream the client opened (id % 4 = 0)
+           coalesce(bool_or(nd.frame_type = 'stream' AND nd.stream_id % 4 = 0), false) AS request
     FROM datagrams d LEFT JOIN nd USING (connection_id, datagram_id, sender)
+    LEFT JOIN np USING (connection_id, datagram_id, sender)
     WHERE d.connection_id >= $first
     GROUP BY ALL
     ORDER BY d.connection_id, d.time_ms, d.datagram_id
@@ -195,13 +214,14 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
 
 def _datagrams(rows: list[tuple]) -> tuple[list[Datagram], bool]:
     """The budget's input from _FLAGS_SQL rows (datagram_id, time, sender, size, source, validates,
-    ack_only, new_data, retry); after a Retry only what follows it, validated by its token."""
+    ack_only, new_data, retry, new_bytes, started_ms, request); after a Retry only what follows it,
+    validated by its token."""
     retry_at = max((i for i, r in enumerate(rows) if r[8]), default=None)
     if retry_at is not None:
         rows = rows[retry_at + 1:]
     datagrams = [Datagram(t, sender, size, validates and sender == "client", ack_only and sender == "server",
-                          new_data and sender == "server")
-                 for _, t, sender, size, _, validates, ack_only, new_data, _ in rows]
+                          new_data and sender == "server", new_bytes or 0, started, request and sender == "client")
+                 for _, t, sender, size, _, validates, ack_only, new_data, _, new_bytes, started, request in rows]
     return datagrams, retry_at is not None
 
 

@@ -3,7 +3,12 @@
 Theory of operation: after a file is normalized (same transaction), :func:`analyze` reads each new
 connection's ``packet_buffered`` events (``other_events``; quic-go logs them), its received
 packets and the ACK frames it sent, and :func:`quicack.core.keywait.match_waits` pairs each
-buffered packet with its processing and its first ACK; one ``key_waits`` row each.  The receiver's
+buffered packet with its processing and its first ACK; one ``key_waits`` row each (``source``
+``packet_buffered``).  A capture logs no buffering: for its connections (vantage ``network``) the
+handshake's packets with their CRYPTO frames and both sides' ACKs go to
+:func:`quicack.core.keywait.capture_waits`, which finds the packets that arrived before their
+receiver could have its keys (``source`` ``capture``; meaningful for a capture taken next to
+that receiver, as the one of a testbed group's relay leg).  The receiver's
 max_ack_delay (its own transport parameter, default 25 ms, RFC 9000 §18.2) bounds what the peer
 may subtract.  :func:`inflated_samples` then sets, for a connection whose peer's trace is in the
 store too (the same original destination connection ID, the other vantage point), each wait next
@@ -17,7 +22,7 @@ from collections import defaultdict
 
 import duckdb
 
-from quicack.core.keywait import AckSent, Buffered, Received, match_waits
+from quicack.core.keywait import AckSent, Buffered, Captured, Received, capture_waits, match_waits
 from quicack.store.rows import insert
 
 #: RFC 9000 §18.2: max_ack_delay when the transport parameter is absent
@@ -26,7 +31,13 @@ DEFAULT_MAX_ACK_DELAY_MS = 25.0
 
 def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
     """Fill ``key_waits`` for every connection with id ≥ ``first_connection_id`` that logged a
-    buffered packet (caller holds the transaction)."""
+    buffered packet, or whose capture shows packets that came before their keys (caller holds
+    the transaction)."""
+    insert(con, "key_waits", _logged(con, first_connection_id) + _captured(con, first_connection_id))
+
+
+def _logged(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> list[tuple]:
+    """Rows from qlog ``packet_buffered`` events."""
     params = {"first": first_connection_id}
     buffered: dict[int, list[Buffered]] = defaultdict(list)
     for cid, *row in con.execute("""
@@ -36,7 +47,7 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
             ORDER BY connection_id, event_index""", params).fetchall():
         buffered[cid].append(Buffered(row[0], row[1], _type(row[2]), row[3]))
     if not buffered:
-        return
+        return []
     ids = sorted(buffered)
     received: dict[int, list[Received]] = defaultdict(list)
     for cid, *row in con.execute("""
@@ -44,31 +55,74 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
             FROM packets WHERE connection_id IN (SELECT unnest($ids)) AND direction = 'received'
             ORDER BY connection_id, event_index""", {"ids": ids}).fetchall():
         received[cid].append(Received(*row))
-    acks: dict[int, list[AckSent]] = defaultdict(list)
-    for cid, event, t, space, largest, ranges, delay in con.execute("""
-            SELECT p.connection_id, p.event_index, p.time_ms, p.packet_number_space, f.largest_acknowledged,
-                   f.acked_ranges, f.ack_delay_ms
-            FROM packets p JOIN frames f USING (connection_id, event_index)
-            WHERE p.connection_id IN (SELECT unnest($ids)) AND p.direction = 'sent' AND f.frame_type = 'ack'
-            ORDER BY p.connection_id, p.event_index""", {"ids": ids}).fetchall():
-        pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
-        acks[cid].append(AckSent(event, t, space, largest, pairs or ((largest, largest),), delay))
+    acks = {cid: by_side.get("sent", []) for cid, by_side in _acks(con, ids, "p.direction").items()}
     own = dict(con.execute("""
         SELECT tp.connection_id, any_value(tp.max_ack_delay_ms)
         FROM transport_parameters tp JOIN connections c USING (connection_id)
         WHERE tp.connection_id IN (SELECT unnest($ids)) AND tp.endpoint = c.vantage GROUP BY 1""",
                        {"ids": ids}).fetchall())
+    vantage = dict(con.execute("SELECT connection_id, vantage FROM connections WHERE connection_id IN "
+                               "(SELECT unnest($ids))", {"ids": ids}).fetchall())
     rows = []
     for cid in ids:
         cap = own.get(cid) or DEFAULT_MAX_ACK_DELAY_MS
-        for w in match_waits(buffered[cid], received[cid], acks[cid], cap):
-            r, a = w.received, w.ack
-            rows.append((cid, w.buffered.event_index, w.buffered.time_ms, w.buffered.packet_type,
-                         w.buffered.size_bytes, r and r.event_index, r and r.time_ms, r and r.packet_number,
-                         r and r.space, w.wait_ms, a and a.event_index, a and a.time_ms, a and a.largest,
-                         a and a.ack_delay_ms, w.ack_delay_from_receipt_ms, w.uncovered_ms, cap,
-                         w.sample_inflation_ms))
-    insert(con, "key_waits", rows)
+        for w in match_waits(buffered[cid], received[cid], acks.get(cid, []), cap):
+            rows.append(_row(cid, w, cap, vantage.get(cid), "packet_buffered"))
+    return rows
+
+
+def _acks(con: duckdb.DuckDBPyConnection, ids: list[int], side: str) -> dict[int, dict[str, list[AckSent]]]:
+    """The ACK frames of the connections ``ids``, per connection and ``side`` (an expression:
+    ``p.direction`` or ``p.sender``), in trace order."""
+    out: dict[int, dict[str, list[AckSent]]] = defaultdict(lambda: defaultdict(list))
+    for cid, key, event, t, space, largest, ranges, delay in con.execute(f"""
+            SELECT p.connection_id, {side}, p.event_index, p.time_ms, p.packet_number_space,
+                   f.largest_acknowledged, f.acked_ranges, f.ack_delay_ms
+            FROM packets p JOIN frames f USING (connection_id, event_index)
+            WHERE p.connection_id IN (SELECT unnest($ids)) AND f.frame_type = 'ack'
+            ORDER BY p.connection_id, p.event_index""", {"ids": ids}).fetchall():
+        pairs = tuple((r[0], r[1]) for r in ranges or () if r and len(r) == 2 and r[0] is not None)
+        out[cid][key].append(AckSent(event, t, space, largest, pairs or ((largest, largest),), delay))
+    return out
+
+
+def _captured(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> list[tuple]:
+    """Rows from captures (vantage ``network``): packets that arrived before their receiver could
+    have its keys (:func:`quicack.core.keywait.capture_waits`)."""
+    found = con.execute("""
+        WITH c AS (SELECT connection_id FROM connections WHERE connection_id >= $first AND vantage = 'network')
+        SELECT p.connection_id, p.event_index, p.time_ms, p.sender, p.packet_type, p.packet_number, p.size_bytes,
+               p.packet_number_space,
+               list((f.offset_bytes, f.length_bytes) ORDER BY f.position)
+                   FILTER (WHERE f.frame_type = 'crypto' AND f.offset_bytes IS NOT NULL AND f.length_bytes > 0)
+        FROM packets p JOIN c USING (connection_id) LEFT JOIN frames f USING (connection_id, event_index)
+        GROUP BY ALL ORDER BY 1, 2""", {"first": first_connection_id}).fetchall()
+    packets: dict[int, list[Captured]] = defaultdict(list)
+    for cid, *row, crypto in found:
+        packets[cid].append(Captured(*row, tuple((c[0], c[1]) for c in crypto or ())))
+    if not packets:
+        return []
+    ids = sorted(packets)
+    acks = _acks(con, ids, "p.sender")
+    caps: dict[int, dict[str, float]] = defaultdict(dict)
+    for cid, endpoint, value in con.execute("""
+            SELECT connection_id, endpoint, any_value(max_ack_delay_ms) FROM transport_parameters
+            WHERE connection_id IN (SELECT unnest($ids)) GROUP BY 1, 2""", {"ids": ids}).fetchall():
+        caps[cid][endpoint] = value
+    rows = []
+    for cid in ids:
+        cap = {side: caps[cid].get(side) or DEFAULT_MAX_ACK_DELAY_MS for side in ("client", "server")}
+        for receiver, w in capture_waits(packets[cid], acks.get(cid, {}), cap):
+            rows.append(_row(cid, w, cap[receiver], receiver, "capture"))
+    return rows
+
+
+def _row(cid: int, w, cap: float, receiver: str | None, source: str) -> tuple:
+    r, a = w.received, w.ack
+    return (cid, w.buffered.event_index, w.buffered.time_ms, w.buffered.packet_type, w.buffered.size_bytes,
+            r and r.event_index, r and r.time_ms, r and r.packet_number, r and r.space, w.wait_ms,
+            a and a.event_index, a and a.time_ms, a and a.largest, a and a.ack_delay_ms,
+            w.ack_delay_from_receipt_ms, w.uncovered_ms, cap, w.sample_inflation_ms, receiver, source)
 
 
 def _type(name: str | None) -> str:
@@ -88,7 +142,8 @@ def inflated_samples(con: duckdb.DuckDBPyConnection) -> list[dict]:
                s.smoothed_rtt_ms, s.pto_ms
         FROM key_waits w
         JOIN connections r ON r.connection_id = w.connection_id
-        JOIN connections o ON o.odcid = r.odcid AND o.vantage <> r.vantage AND o.vantage IN ('client', 'server')
+        JOIN connections o ON o.odcid = r.odcid
+             AND o.vantage = CASE coalesce(w.receiver, r.vantage) WHEN 'client' THEN 'server' ELSE 'client' END
         JOIN rtt_samples s ON s.connection_id = o.connection_id AND s.packet_number_space = w.space
              AND s.largest_acknowledged = w.packet_number
         WHERE w.sample_inflation_ms IS NOT NULL

@@ -34,7 +34,7 @@ PROBE_COLUMNS = (
     "ticket_received", "ticket_lifetime_s", "ticket_max_early_data", "token_received", "token_used",
     "zero_rtt", "session_resumed", "resumed_outcome", "resumed_cid_tag", "resumed_handshake_ms",
     "resumed_ttfb_ms", "resumed_http_status", "resumed_response_bytes", "amplification_factor",
-    "server_waited_for_validation",
+    "server_waited_for_validation", "resumed_qlog_path", "resumed_qlog_trace_index", "resumed_qlog_sha256",
 )
 
 #: Arguments whose change would change the set of (target, repetition) pairs of a run.
@@ -102,12 +102,14 @@ def insert_probes(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
 
 def link_probes(con: duckdb.DuckDBPyConnection, file_id: int, sha256: str) -> None:
     """Point the probes whose client trace lies in this file at its connections."""
-    con.execute("""
-        UPDATE probes SET connection_id = c.connection_id
-        FROM connections c
-        WHERE c.file_id = $file_id AND probes.qlog_sha256 = $sha
-          AND c.trace_index = probes.qlog_trace_index AND c.vantage = 'client'""",
-                {"file_id": file_id, "sha": sha256})
+    # the probe's trace; a resumed connection's own (scan --resumption) is in a file of its own
+    for prefix in ("", "resumed_"):
+        con.execute(f"""
+            UPDATE probes SET {prefix}connection_id = c.connection_id
+            FROM connections c
+            WHERE c.file_id = $file_id AND probes.{prefix}qlog_sha256 = $sha
+              AND c.trace_index = probes.{prefix}qlog_trace_index AND c.vantage = 'client'""",
+                    {"file_id": file_id, "sha": sha256})
     # the first connection's address validation, as the client saw it (schemas/README.md)
     con.execute("""
         UPDATE probes SET amplification_factor = a.amplification_factor,
@@ -123,6 +125,16 @@ def unlinked_files(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:
         SELECT DISTINCT p.qlog_path FROM probes p
         WHERE p.run_id = ? AND p.qlog_path IS NOT NULL AND p.connection_id IS NULL
           AND p.qlog_sha256 NOT IN (SELECT content_sha256 FROM files)
+        ORDER BY 1""", [run_id]).fetchall()
+    return [r[0] for r in rows]
+
+
+def unlinked_resumed_files(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:
+    """Files of this run's resumed connections' traces (``scan --resumption``) not ingested yet."""
+    rows = con.execute("""
+        SELECT DISTINCT resumed_qlog_path FROM probes
+        WHERE run_id = ? AND resumed_qlog_path IS NOT NULL AND resumed_connection_id IS NULL
+          AND resumed_qlog_sha256 NOT IN (SELECT content_sha256 FROM files)
         ORDER BY 1""", [run_id]).fetchall()
     return [r[0] for r in rows]
 

@@ -39,14 +39,18 @@ if TYPE_CHECKING:
 #: is one URI (was read character by character).  8 (issues 29 and 30): tables datagrams and
 #: address_validation (the anti-amplification budget, PTOs per space, 0-RTT), key_waits; Careful
 #: Resume phase events (``careful_resume_phase_updated`` in every spelling) are read into
-#: ``careful_resume_phases``.
-ANALYSIS_VERSION = 8
+#: ``careful_resume_phases``.  9 (issue 29): captures get ``key_waits`` rows (packets that arrived
+#: before their receiver's keys), key_waits.receiver and source; a server blocked at its 3× budget
+#: needs data waiting that the budget left could not hold and no request ending the block;
+#: quicack serve's re-fed 0-RTT packets count no datagram bytes.
+ANALYSIS_VERSION = 9
 
 #: Version of ``schemas/store.sql``; recorded in ``store_meta``.  3 added ``runs`` and ``probes``,
 #: 4 ``relay_runs`` and ``relay_datagrams`` (the testbed relay), 5 ``testbed_runs`` (experiments),
 #: 6 ``careful_resume_phases`` and ``testbed_runs.ttlb_ms`` (Careful Resume), 7 ``ack_policy_runs``
-#: (ACK-policy experiments), 8 ``datagrams``, ``address_validation`` and ``key_waits`` (issue 29).
-SCHEMA_VERSION = 8
+#: (ACK-policy experiments), 8 ``datagrams``, ``address_validation`` and ``key_waits`` (issue 29),
+#: 9 ``testbed_runs``' resumption columns (``resumption``, ``zero_rtt``, ``full_ttfb_ms``, …).
+SCHEMA_VERSION = 9
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
@@ -100,10 +104,12 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
 #: 4 → 5: table testbed_runs.  5 → 6: table careful_resume_phases, testbed_runs' Careful Resume
 #: columns.  6 → 7: table ack_policy_runs.  7 → 8: tables datagrams, address_validation, key_waits.
+#: 8 → 9: testbed_runs' resumption columns.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,
                                                                     4: add_missing_columns,
                                                                     5: add_missing_columns,
                                                                     6: add_missing_columns,
-                                                                    7: add_missing_columns}
+                                                                    7: add_missing_columns,
+                                                                    8: add_missing_columns}

@@ -109,3 +109,38 @@ def test_a_client_side_view_is_put_in_the_server_order():
     assert b.blocked_ms == pytest.approx(14.0 - 2.42)
     unordered = replay_budget(client_view)
     assert unordered.server_bytes < 3600  # the server's last datagrams "arrive after" validation
+
+
+def test_a_request_ends_no_block_and_an_answer_begun_later_was_not_waiting():
+    """At the limit with 300 B left, the server's next data follows the client's request: what it
+    sends then answers the request (a stream begun after the block), and its QPACK bytes are new —
+    no block.  The same server whose answer had begun before the limit, resumed after a datagram
+    without a request and too large for what was left, was blocked."""
+    start = [Datagram(0, "client", 1200), Datagram(1, "server", 1200, new_data=True, data_started_ms=1),
+             Datagram(1.1, "server", 1200, new_data=True, data_started_ms=1),
+             Datagram(1.2, "server", 900, new_data=True, new_bytes=850, data_started_ms=1.2)]
+    answered = replay_budget(start + [Datagram(20, "client", 1200, validates=True, request=True),
+                                      Datagram(21, "server", 400, new_data=True, new_bytes=3, data_started_ms=1.2)])
+    assert answered.limit_reached and answered.blocks == ()
+    later = replay_budget(start + [Datagram(20, "client", 1200, validates=True),
+                                   Datagram(21, "server", 400, new_data=True, new_bytes=3, data_started_ms=30)])
+    assert later.blocks == ()  # a stream begun after the block started was not waiting in it
+    small = replay_budget(start + [Datagram(20, "client", 1200, validates=True),
+                                   Datagram(21, "server", 400, new_data=True, new_bytes=3, data_started_ms=1.2)])
+    assert small.blocks == ()  # 3 B (+ a packet's 33 B) would have fitted in the 300 B left
+    waited = replay_budget(start + [Datagram(20, "client", 1200, validates=True),
+                                    Datagram(21, "server", 400, new_data=True, new_bytes=350, data_started_ms=1.2)])
+    [block] = waited.blocks
+    assert (block.remaining_bytes, block.pending_bytes, block.ended_by) == (300, 383, "validation")
+
+
+def test_the_server_order_moves_when_the_data_began_with_the_datagram():
+    """A capture near the server: its datagrams move by the small clock shift, and so does the
+    time their data began — the block (CRYPTO begun with the first flight) stays a block."""
+    seen = [Datagram(0.0, "client", 1200), Datagram(7.0, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(7.01, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(7.02, "server", 1200, new_data=True, data_started_ms=7.0),
+            Datagram(27.8, "client", 1280, validates=True),
+            Datagram(28.7, "server", 1200, new_data=True, new_bytes=1150, data_started_ms=7.0)]
+    [block] = replay_budget(server_order(seen, 0.35)).blocks
+    assert block.start_ms == pytest.approx(7.02 - 0.35) and block.end_ms == 27.8

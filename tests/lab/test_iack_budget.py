@@ -38,3 +38,40 @@ def test_an_uncounted_instant_ack_lets_the_server_exceed_3x_by_its_size(tmp_path
     counted, uncounted = found
     assert counted[3] is False and counted[2] <= 3 * counted[1] and counted[5] == 1
     assert uncounted[3] is True and uncounted[4] == uncounted[0] and uncounted[5] == 1
+
+
+def test_the_instant_ack_alone_blocks_a_0rtt_answer_in_the_testbed(tmp_path):
+    """experiments/iack-only-block.toml, one attempt per server: a resumed connection's GET in
+    0-RTT answered at once with 3010 B.  From each server's own qlog: serve-wfc's first flight
+    fits in 3 × the client's bytes; serve-iack's instant ACK makes the same flight hit 3× and
+    hold the answer's end until the client's Handshake packet, a block the ACK caused;
+    serve-iack-uncounted sends it all, past 3× by at most its ACK."""
+    from click.testing import CliRunner
+
+    from quicack.cli import main
+
+    db = tmp_path / "iack.duckdb"
+    result = CliRunner().invoke(main, ["testbed", "run", "experiments/iack-only-block.toml", "--db", str(db),
+                                       "--repetitions", "1"])
+    assert result.exit_code == 0, result.output
+    con = duckdb.connect(str(db), read_only=True)
+    found = {row[0]: row[1:] for row in con.execute("""
+        SELECT t.server, t.zero_rtt, a.client_bytes_before_validation, a.server_bytes_before_validation,
+               a.blocked_count, a.blocked_ms, a.iack_bytes, a.iack_caused_block, a.limit_exceeded, a.max_excess_bytes
+        FROM testbed_runs t JOIN address_validation a ON a.connection_id = t.server_connection_id""").fetchall()}
+    assert set(found) == {"serve-wfc", "serve-iack", "serve-iack-uncounted"}
+    assert all(r[0] == "accepted" for r in found.values())
+    _, received, sent, blocked, _, ack, caused, exceeded, _ = found["serve-wfc"]
+    assert ack is None and sent <= 3 * received and blocked == 0 and not exceeded
+    _, received, sent, blocked, blocked_ms, ack, caused, exceeded, _ = found["serve-iack"]
+    assert ack is not None and sent == 3 * received and blocked == 1 and blocked_ms > 0 and caused and not exceeded
+    _, received, sent, blocked, _, ack, caused, exceeded, excess = found["serve-iack-uncounted"]
+    assert exceeded and 0 < excess <= ack and blocked == 0
+    con.close()
+    from datetime import datetime, timezone
+
+    from quicack.report.document import write_report
+
+    with Store(db) as store:  # the report draws that connection's timeline as its own shape
+        report = write_report(store, tmp_path / "r.html", now=datetime(2026, 11, 27, tzinfo=timezone.utc))
+    assert "Shape: instant ACK caused the block" in report.sections

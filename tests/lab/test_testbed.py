@@ -249,7 +249,7 @@ def test_the_command_refuses_a_bad_file_and_keeps_what_is_stored(smoke, tmp_path
     assert result.exit_code == 1
     assert result.stderr == f"error: {path} at line 2: unknown key 'colour' at the top level; known: " \
         "name, description, repetitions, servers, clients, one_way_delay_ms, address, seed, timeout_s, " \
-        "cert_delay_ms, cert_chain_length, response_bytes, ack_policy, path, scenario\n"
+        "cert_delay_ms, cert_chain_length, response_bytes, ack_policy, path, capture, scenario\n"
     assert query(db, "SELECT count(*) FROM testbed_runs") == before
 
 

@@ -76,6 +76,29 @@ def test_accepted_0rtt_saves_a_round_trip_on_a_50_ms_path(scan):
         assert p["resumed_ttfb_ms"] < p["ttfb_ms"] - 25
 
 
+def test_the_resumed_connection_keeps_its_own_trace(scan):
+    """Each pair's second connection: its qlog trace in a file of its own, ingested, its
+    connection the client's view of the resumed handshake — the 0-RTT packets it sent, the tagged
+    connection ID and its first response byte."""
+    _, con = scan
+    rows = con.execute("""
+        SELECT p.domain, p.zero_rtt, p.resumed_qlog_path, p.qlog_path, c.vantage, c.odcid, a.zero_rtt,
+               a.zero_rtt_sent, c.first_response_byte_ms, p.resumed_ttfb_ms, p.connection_id
+        FROM probes p JOIN connections c ON c.connection_id = p.resumed_connection_id
+        JOIN address_validation a ON a.connection_id = c.connection_id ORDER BY 1""").fetchall()
+    attempted = con.execute("SELECT count(*) FROM probes WHERE resumed_outcome IS NOT NULL").fetchall()[0][0]
+    assert len(rows) == attempted == 6  # zero.test, far.test and big.test, twice each
+    # the client's trace alone tells accepted 0-RTT by the server's ACK of it: a probe that closed on
+    # its answer before that ACK came reads as rejected (address_validation.zero_rtt), so the
+    # probe's own view (the server's EncryptedExtensions) is the one kept in probes.zero_rtt
+    for _, zero_rtt, resumed_path, first_path, vantage, odcid, seen, sent, ttfb, probe_ttfb, first in rows:
+        assert "/resumed/" in resumed_path and resumed_path != first_path and vantage == "client"
+        assert zero_rtt == "accepted" and sent >= 1 and seen in ("accepted", "rejected")
+        # the first response byte in its trace, at most when the probe's own clock saw it
+        assert 0 < ttfb <= probe_ttfb + 0.5
+        assert first is not None and odcid
+
+
 def test_the_capture_and_the_server_see_the_0rtt_packets(scan):
     """The resumed connections in the scan's capture (decrypted with the scan's key log, which
     holds both connections' secrets) and in the servers' qlogs: 0-RTT packets, acknowledged by

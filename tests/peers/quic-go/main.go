@@ -10,7 +10,10 @@
 // -insecure no certificate check at all, as quicack's testbed client does), prints the status,
 // the body's length and the certificates received ("200 OK 10240 bytes 1 certificates"), writes
 // <odcid>_client.sqlog under QLOGDIR (and its TLS secrets to -keylog) and exits, within -timeout
-// (also its handshake idle timeout); its Go TLS stack sends a key share for its first group only. Set
+// (also its handshake idle timeout); its Go TLS stack sends a key share for its first group only.
+// With -session FILE it keeps the TLS session (with quic-go's transport parameters) in FILE and,
+// when FILE already holds one, resumes it and sends its GET in 0-RTT where the session allows
+// early data (quicack's testbed: a full connection, then a resumed one, two processes). Set
 // QUIC_GO_DISABLE_GSO=true so captures on loopback see one QUIC datagram per frame (quicack
 // KNOWLEDGE §5). Prints "listening on ADDR" once the socket is bound; on SIGTERM/SIGINT it
 // closes every connection (which ends and flushes their qlog traces) and exits.
@@ -18,6 +21,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -45,12 +49,13 @@ func main() {
 	keylog := flag.String("keylog", "", "client mode: append the TLS secrets to this file (NSS key log)")
 	insecure := flag.Bool("insecure", false, "client mode: accept any certificate (no -ca needed)")
 	timeout := flag.Duration("timeout", 20*time.Second, "client mode: give up after this long")
+	session := flag.String("session", "", "client mode: keep the TLS session in this file; resume it (GET in 0-RTT) when it holds one")
 	flag.Parse()
 	if *get != "" {
 		if *ca == "" && !*insecure {
 			log.Fatal("usage: quic-go-h3-server -get URL (-ca PEM | -insecure) [-curves LIST] [-keylog FILE] [-timeout D]")
 		}
-		if err := fetch(*get, *ca, *insecure, *timeout, mustCurves(*curves), *keylog); err != nil {
+		if err := fetch(*get, *ca, *insecure, *timeout, mustCurves(*curves), *keylog, *session); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -106,8 +111,15 @@ func withCurves(c *tls.Config, curves []tls.CurveID) *tls.Config {
 }
 
 // fetch GETs url over HTTP/3 and prints "STATUS N bytes C certificates".
-func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tls.CurveID, keylog string) error {
+func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tls.CurveID, keylog, session string) error {
 	config := &tls.Config{CurvePreferences: curves, MinVersion: tls.VersionTLS13, InsecureSkipVerify: insecure}
+	method := http.MethodGet
+	if session != "" {
+		if _, err := os.Stat(session); err == nil {
+			method = http3.MethodGet0RTT // sent at once when the resumed session allows early data
+		}
+		config.ClientSessionCache = fileSessionCache{session}
+	}
 	if !insecure {
 		config.RootCAs = mustRoots(caFile)
 	}
@@ -125,7 +137,11 @@ func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tl
 			HandshakeIdleTimeout: timeout},
 	}
 	client := &http.Client{Transport: tr, Timeout: timeout}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		tr.Close()
 		return err
@@ -144,4 +160,48 @@ func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tl
 	}
 	fmt.Printf("%s %d bytes %d certificates\n", resp.Status, len(body), certificates)
 	return nil
+}
+
+// fileSessionCache keeps one TLS session in a file, so that a later process resumes it: the
+// ticket and the session state (RFC 8446 §4.6.1), whose Extra holds quic-go's transport
+// parameters for 0-RTT.
+type fileSessionCache struct{ path string }
+
+type savedSession struct {
+	Ticket []byte
+	State  []byte
+}
+
+func (c fileSessionCache) Get(string) (*tls.ClientSessionState, bool) {
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return nil, false
+	}
+	var saved savedSession
+	if json.Unmarshal(data, &saved) != nil {
+		return nil, false
+	}
+	state, err := tls.ParseSessionState(saved.State)
+	if err != nil {
+		return nil, false
+	}
+	session, err := tls.NewResumptionState(saved.Ticket, state)
+	return session, err == nil
+}
+
+func (c fileSessionCache) Put(_ string, cs *tls.ClientSessionState) {
+	if cs == nil {
+		return
+	}
+	ticket, state, err := cs.ResumptionState()
+	if err != nil || state == nil {
+		return
+	}
+	encoded, err := state.Bytes()
+	if err != nil {
+		return
+	}
+	if data, err := json.Marshal(savedSession{ticket, encoded}); err == nil {
+		_ = os.WriteFile(c.path, data, 0o600)
+	}
 }
