@@ -296,14 +296,23 @@ class Probe:
             # CONNECTION_CLOSE, if any, has just been sent)
             self._terminated(quic._close_event)
 
-    def _transmit(self) -> None:
-        quic = self.quic
+    def _due(self) -> list:
+        """The datagrams the connection has due now, their packets grouped in the trace."""
         trace = self.trace
         logged = len(trace._events) if trace is not None else 0
-        datagrams = quic.datagrams_to_send(now=self.loop.time())
+        datagrams = self.quic.datagrams_to_send(now=self.loop.time())
         if trace is not None and datagrams:
             stamp_datagrams(trace._events, logged, [len(d) for d, _ in datagrams], self.result.datagrams_sent)
-        for data, _addr in datagrams:
+        return datagrams
+
+    def _send_due(self) -> None:
+        for data, _ in self._due():
+            self.sock.send(data)
+            self.result.datagrams_sent += 1
+
+    def _transmit(self) -> None:
+        quic = self.quic
+        for data, _addr in self._due():
             try:
                 if not self.result.datagrams_sent:
                     # probe times count from the moment the first Initial leaves, not from
@@ -460,8 +469,13 @@ class Probe:
             if not closed and quic._state not in (QuicConnectionState.CLOSING,
                                                   QuicConnectionState.DRAINING,
                                                   QuicConnectionState.TERMINATED):
-                quic.close(error_code=QuicErrorCode.NO_ERROR, reason_phrase="quicack probe done")
                 try:
+                    if outcome == "ok":
+                        # what the last datagram made due goes out before the close: with 0-RTT
+                        # the answer can come with the server's first flight, before this client
+                        # has sent its Finished, and a close alone would leave it unsent
+                        self._send_due()
+                    quic.close(error_code=QuicErrorCode.NO_ERROR, reason_phrase="quicack probe done")
                     for data, _ in quic.datagrams_to_send(now=self.loop.time()):
                         self.sock.send(data)
                 except OSError:

@@ -112,3 +112,14 @@ def test_the_report_shows_the_resumed_attempts_by_server(tiny, tmp_path):
     assert "Resumed connections in the testbed" in report.sections
     html = (tmp_path / "r.html").read_text()
     assert "saved_ms" in html and "zero_rtt_accepted" in html
+
+
+def test_quicacks_client_sends_its_finished_before_closing_a_resumed_connection(tiny):
+    # was NULL: with 0-RTT the answer came with the server's first flight and the probe closed
+    # before its Finished was sent (the client view's handshake_ms is that Finished)
+    with duckdb.connect(str(tiny), read_only=True) as con:
+        found = con.execute("""SELECT server, zero_rtt, handshake_ms, ttfb_ms FROM testbed_runs
+                               WHERE client = 'quicack' AND outcome = 'ok'""").fetchall()
+    assert {server for server, *_ in found} == {"serve-wfc", "ngtcp2", "quic-go"}
+    for server, zero_rtt, handshake_ms, ttfb_ms in found:
+        assert handshake_ms is not None and handshake_ms > 0, (server, zero_rtt, ttfb_ms)
