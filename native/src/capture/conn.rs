@@ -48,6 +48,8 @@ pub struct Conns {
     pub list: Vec<Conn>,
     /// connection ID → (connection, chosen by the server)
     cids: FxHashMap<Vec<u8>, (usize, bool)>,
+    /// the client's first DCID of each connection: matches its Initial and 0-RTT packets only
+    original: FxHashMap<Vec<u8>, usize>,
     lengths: u32,
     tuples: FxHashMap<(Endpoint, Endpoint), usize>,
 }
@@ -62,9 +64,16 @@ impl Conns {
         self.cids.get(dcid).map(|&(c, server_owned)| (c, !server_owned))
     }
 
+    /// A client's Initial or 0-RTT packet's connection: by its DCID, or the connection it
+    /// opened with that DCID (a retransmission).
+    pub fn by_original(&self, dcid: &[u8]) -> Option<(usize, bool)> {
+        self.by_cid(dcid).or_else(|| self.original.get(dcid).map(|&c| (c, false)))
+    }
+
     /// A short header's connection: the known connection ID the bytes after the first begin
     /// with (shortest length first), else the 4-tuple's connection if the receiver chose
-    /// zero-length IDs.  (connection, from server, DCID length).
+    /// zero-length IDs or none is known yet (as tshark does).  (connection, from server, DCID
+    /// length).
     pub fn short(&self, d: &[u8], src: Endpoint, dst: Endpoint) -> Option<(usize, bool, usize)> {
         let mut lengths = self.lengths;
         while lengths != 0 {
@@ -79,7 +88,7 @@ impl Conns {
         let &c = self.tuples.get(&tuple(src, dst))?;
         let from_server = self.list[c].client != src;
         let receiver = if from_server { 0 } else { 1 };
-        (self.list[c].cid_len[receiver] == Some(0)).then_some((c, from_server, 0))
+        matches!(self.list[c].cid_len[receiver], None | Some(0)).then_some((c, from_server, 0))
     }
 
     /// The 4-tuple's connection (a zero-length DCID), and whether `src` is its server.
@@ -96,7 +105,7 @@ impl Conns {
             early: None, app: [None, None], suite: None, random: None, largest: [[None; 3]; 2],
             crypto: Default::default(), cid_len: [Some(scid.len()), None],
         });
-        self.add_cid(c, dcid, true);
+        self.original.entry(dcid.to_vec()).or_insert(c);
         self.add_cid(c, scid, false);
         self.tuples.insert(tuple(client, server), c);
         c
@@ -121,6 +130,11 @@ impl Conns {
 }
 
 impl Conn {
+    /// The length of the DCIDs of packets to the receiver (0 while it is not known).
+    pub fn receiver_cid_len(&self, from_server: bool) -> usize {
+        self.cid_len[if from_server { 0 } else { 1 }].unwrap_or(0)
+    }
+
     /// Handshake (space 1) or 0-RTT/1-RTT (space 2) keys of a direction, derived when the
     /// secrets, the client random and the cipher suite are known.
     pub fn derive(&mut self, secrets: &Secrets, from_server: bool, space: usize, zero_rtt: bool) {

@@ -84,12 +84,12 @@ fn frame_body(b: &[u8], at: &mut usize, f: &mut Frame) -> Option<bool> {
         0x01 | 0x1e | 0x1f => {}
         0x02 | 0x03 => return ack(b, at, f).map(|_| true),
         0x04 => {
-            f.stream_id = Some(varint(b, at)?);
+            varint(b, at)?;
             varint(b, at)?;
             varint(b, at)?;
         }
         0x05 | 0x11 | 0x15 => {
-            f.stream_id = Some(varint(b, at)?);
+            varint(b, at)?;
             varint(b, at)?;
         }
         0x06 => {

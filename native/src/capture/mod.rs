@@ -193,7 +193,13 @@ impl State {
             Some(_) => {}
             None => *first_dcid = Some(h.dcid.to_vec()),
         }
-        let mut found = if h.dcid.is_empty() { self.conns.by_tuple(src, dst) } else { self.conns.by_cid(h.dcid) };
+        let mut found = if h.dcid.is_empty() {
+            self.conns.by_tuple(src, dst)
+        } else if matches!(h.kind, Kind::Initial | Kind::ZeroRtt) {
+            self.conns.by_original(h.dcid)
+        } else {
+            self.conns.by_cid(h.dcid)
+        };
         if found.is_none() && matches!(h.kind, Kind::Initial | Kind::ZeroRtt) {
             found = Some((self.conns.create(h.version, h.dcid, h.scid, src, dst), false));
         }
@@ -240,8 +246,18 @@ impl State {
                 if rest.get(1..1 + first.len()) != Some(&first[..]) {
                     return None;
                 }
-                let by = if first.is_empty() { self.conns.by_tuple(src, dst) } else { self.conns.by_cid(first) };
-                Some(by.map_or((None, false, first.len()), |(c, s)| (Some(c), s, first.len())))
+                // the first packet's connection; a DCID of the wrong length for it ends the datagram
+                match told.connection {
+                    Some(n) => {
+                        let conn = &self.conns.list[n as usize];
+                        let from_server = conn.client != src;
+                        if conn.receiver_cid_len(from_server) != first.len() {
+                            return None;
+                        }
+                        Some((Some(n as usize), from_server, first.len()))
+                    }
+                    None => Some((None, false, first.len())),
+                }
             }
             None => self.conns.short(rest, src, dst).map(|(c, s, n)| (Some(c), s, n)),
         };
@@ -250,7 +266,8 @@ impl State {
                                   pn: None, failed: false };
         match found {
             Some((c, from_server, len)) => {
-                row.dcid = Some((1, len));
+                // without its connection tshark does not write the DCID (it cannot know its length)
+                row.dcid = c.map(|_| (1, len));
                 row.failed = first_dcid.is_some();
                 let decrypted = match c {
                     Some(c) => {

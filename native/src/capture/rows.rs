@@ -16,7 +16,7 @@ use super::frames::{name, Frame};
 pub const PARAMETERS: [(&str, &[u64]); 15] = [
     ("tp_max_ack_delay", &[0x0b]),
     ("tp_ack_delay_exponent", &[0x0a]),
-    ("tp_min_ack_delay", &[0xff04_de1a, 0xff03_de1a, 0xff02_de1a, 0xde1a]),
+    ("tp_min_ack_delay", &[0xff04_de1a, 0xff03_de1a, 0xde1a]),
     ("tp_initial_max_data", &[0x04]),
     ("tp_max_udp_payload_size", &[0x03]),
     ("tp_max_idle_timeout", &[0x01]),

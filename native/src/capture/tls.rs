@@ -166,6 +166,10 @@ fn parameters(b: &[u8], out: &mut Messages) {
         };
         let Some(value) = b.get(at..at + len as usize) else { return };
         at += len as usize;
-        out.parameters.push((id, value.to_vec()));
+        // RFC 9000 §18.1: "Transport parameters with an identifier of the form 31 * N + 27 for
+        // integer values of N are reserved" (GREASE: 0xff02de1a among them)
+        if id % 31 != 27 {
+            out.parameters.push((id, value.to_vec()));
+        }
     }
 }
