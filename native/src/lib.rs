@@ -293,6 +293,12 @@ impl CaptureReader {
         self.inner.damage.as_ref().map(|d| (d.offset, d.what.clone()))
     }
 
+    /// Ports read as QUIC because they received a ClientHello (tshark's decode-as ports).
+    #[getter]
+    fn forced_ports(&self) -> Vec<u16> {
+        self.inner.state.forced_ports.iter().copied().collect()
+    }
+
     /// Why the capture is left to tshark (a link type, a QUIC version), or None.
     #[getter]
     fn unsupported(&self) -> Option<String> {

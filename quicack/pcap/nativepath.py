@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from quicack.model import QuicackError
-from quicack.pcap import source
 
 #: Datagrams per batch handed from the reader to DuckDB.
 BATCH_DATAGRAMS = 32768
@@ -32,9 +31,10 @@ class Unsupported(Exception):
     """The native reader does not read this capture (the message says why)."""
 
 
-def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str]]:
+def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str], list[int]]:
     """Stage ``path`` into the temporary tables (already created); return (frames read, reader
-    version, warnings).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
+    version, warnings, ports decoded as QUIC: those given and those that received a ClientHello
+    and carried QUIC the headers alone did not show).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
     is no capture."""
     from quicack._native import CaptureReader
     from quicack.core.native import table
@@ -46,7 +46,7 @@ def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, l
     try:
         reader = CaptureReader(name, Path(keylog).read_bytes() if keylog else None, list(quic_ports))
     except ValueError as e:
-        offset, what = e.args[0]
+        offset, what = e.args
         raise QuicackError(what, name, f"byte {offset}") from None
     while (batch := reader.batch(BATCH_DATAGRAMS)) is not None:
         if reader.unsupported:
@@ -63,9 +63,5 @@ def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, l
         if not reader.frames:
             raise QuicackError(what, name, f"byte {offset}")
         warnings.append(f"{name}: byte {offset}: {what}; kept the {reader.frames} frames before it")
-    return reader.frames, READER_VERSION, warnings
+    return reader.frames, READER_VERSION, warnings, sorted(set(quic_ports) | set(reader.forced_ports))
 
-
-def secrets_kind(path: Path, keylog: Path | None) -> str:
-    """'keylog', 'dsb', 'keylog+dsb' or 'none' (as the tshark path records it)."""
-    return source.secrets(path, source.capture_format(path) or "pcap", keylog)

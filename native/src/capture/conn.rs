@@ -41,6 +41,8 @@ pub struct Conn {
     pub crypto: [[Stream; 3]; 2],
     /// length of the connection IDs each side chose (0 client, 1 server)
     pub cid_len: [Option<usize>; 2],
+    /// a 1-RTT packet was met without 1-RTT keys (tshark reports that once per connection)
+    pub app_keys_missed: bool,
 }
 
 #[derive(Default)]
@@ -103,7 +105,7 @@ impl Conns {
         self.list.push(Conn {
             number: c as u32, version, client, initial: Keys::initial(version, dcid), handshake: [None, None],
             early: None, app: [None, None], suite: None, random: None, largest: [[None; 3]; 2],
-            crypto: Default::default(), cid_len: [Some(scid.len()), None],
+            crypto: Default::default(), cid_len: [Some(scid.len()), None], app_keys_missed: false,
         });
         self.original.entry(dcid.to_vec()).or_insert(c);
         self.add_cid(c, scid, false);

@@ -59,6 +59,8 @@ pub struct State {
     pub rows: Rows,
     quic_ports: FxHashSet<u16>,
     server_ports: FxHashSet<u16>,
+    /// ports of `server_ports` on which a datagram was taken for QUIC by its port alone
+    pub forced_ports: std::collections::BTreeSet<u16>,
     pub unsupported: Option<String>,
     buf: Vec<u8>,
     frames: Vec<Frame>,
@@ -82,7 +84,8 @@ impl Reader {
         }
         let state = State {
             secrets, conns: Conns::default(), frames_read: 0, events: 0, rows: Rows::new(),
-            quic_ports: quic_ports.iter().copied().collect(), server_ports: FxHashSet::default(), unsupported: None,
+            quic_ports: quic_ports.iter().copied().collect(), server_ports: FxHashSet::default(),
+            forced_ports: Default::default(), unsupported: None,
             buf: Vec::new(), frames: Vec::new(), src_ep: Vec::new(), dst_ep: Vec::new(),
         };
         Ok(Reader { records: Records::open(file)?, state, damage: None, done: false })
@@ -182,7 +185,8 @@ impl State {
         let Some(h) = packet::long_header(rest) else {
             if first_dcid.is_none() && rest.len() >= 5 {
                 let version = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]);
-                if self.unsupported.is_none() && rest[0] & 0x40 != 0 && version & 0x0f0f_0f0f != 0x0a0a_0a0a {
+                let unknown = version != 0 && !packet::known_version(version) && version & 0x0f0f_0f0f != 0x0a0a_0a0a;
+                if self.unsupported.is_none() && rest[0] & 0x40 != 0 && unknown {
                     self.unsupported = Some(format!("QUIC version 0x{version:08x} (frame {frame_number}) is not read natively"));
                 }
             }
@@ -268,12 +272,19 @@ impl State {
             Some((c, from_server, len)) => {
                 // without its connection tshark does not write the DCID (it cannot know its length)
                 row.dcid = c.map(|_| (1, len));
-                row.failed = first_dcid.is_some();
                 let decrypted = match c {
                     Some(c) => {
                         told.connection = told.connection.or(Some(self.conns.list[c].number));
                         let pn = self.decrypt(c, from_server, Kind::OneRtt, rest, 1 + len, told);
-                        row.failed |= pn.is_none() && self.conns.list[c].app[from_server as usize].is_some();
+                        // tshark: "decryption failed" for each packet its keys do not open, but
+                        // "secrets are not available" only for a connection's first 1-RTT packet
+                        let conn = &mut self.conns.list[c];
+                        if pn.is_none() && conn.app[from_server as usize].is_some() {
+                            row.failed = true;
+                        } else if pn.is_none() {
+                            row.failed = !conn.app_keys_missed;
+                            conn.app_keys_missed = true;
+                        }
                         pn
                     }
                     None => None,
@@ -285,7 +296,14 @@ impl State {
                     self.frames.clear();
                 }
             }
-            None if forced && first_dcid.is_none() => self.frames.clear(),
+            None if forced && first_dcid.is_none() => {
+                for p in [src.1, dst.1] {
+                    if self.server_ports.contains(&p) && !self.quic_ports.contains(&p) {
+                        self.forced_ports.insert(p);
+                    }
+                }
+                self.frames.clear();
+            }
             None => return None,
         }
         let len = row.dcid.map_or(0, |(_, n)| n).min(rest.len() - 1);
