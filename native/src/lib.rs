@@ -258,15 +258,23 @@ struct CaptureReader {
 
 #[pymethods]
 impl CaptureReader {
-    /// Open `path` (pcap or pcapng), with the key log text `keylog` and UDP ports read as QUIC;
+    /// Open `path` (pcap or pcapng, also gzip-compressed: byte offsets are then those of the
+    /// uncompressed capture), with the key log text `keylog` and UDP ports read as QUIC;
     /// ValueError((byte offset, what)) if it is no capture.
     #[new]
     #[pyo3(signature = (path, keylog=None, quic_ports=Vec::new()))]
     fn new(path: &str, keylog: Option<Vec<u8>>, quic_ports: Vec<u16>) -> PyResult<Self> {
         let file = std::fs::File::open(path)
             .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{path}: {e}")))?;
-        let file = std::io::BufReader::with_capacity(1 << 20, file);
-        capture::Reader::new(file, keylog.as_deref(), &quic_ports)
+        let mut file = std::io::BufReader::with_capacity(1 << 20, file);
+        let gzipped = std::io::BufRead::fill_buf(&mut file).map(|b| b.starts_with(&[0x1f, 0x8b])).unwrap_or(false);
+        let opened = if gzipped {
+            let inflated = std::io::BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file));
+            capture::Reader::new(inflated, keylog.as_deref(), &quic_ports)
+        } else {
+            capture::Reader::new(file, keylog.as_deref(), &quic_ports)
+        };
+        opened
             .map(|inner| CaptureReader { inner })
             .map_err(|d| pyo3::exceptions::PyValueError::new_err((d.offset, d.what)))
     }
@@ -291,12 +299,6 @@ impl CaptureReader {
     #[getter]
     fn damage(&self) -> Option<(u64, String)> {
         self.inner.damage.as_ref().map(|d| (d.offset, d.what.clone()))
-    }
-
-    /// Ports read as QUIC because they received a ClientHello (tshark's decode-as ports).
-    #[getter]
-    fn forced_ports(&self) -> Vec<u16> {
-        self.inner.state.forced_ports.iter().copied().collect()
     }
 
     /// Why the capture is left to tshark (a link type, a QUIC version), or None.

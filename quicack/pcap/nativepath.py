@@ -8,7 +8,7 @@ CRYPTO — and hands back, batch by batch, the rows of the same temporary tables
 fills (``c_dgram``, ``c_tp``, ``c_pkt``, ``c_frame``: :func:`quicack.pcap.staging.begin`), with
 a connection number worked out as tshark's is (connection IDs followed).  Everything after
 staging (:mod:`quicack.pcap.connections`, :mod:`quicack.pcap.normalize`) is shared.  What the
-reader does not read (a link type, a QUIC version it does not know, a gzipped capture) raises
+reader does not read (a link type, a QUIC version it does not know) raises
 :class:`Unsupported` with the reason, and the caller has tshark read the capture instead.  A
 damaged capture is read up to the damage (a warning names the byte offset), or refused with
 that offset if nothing before it could be read.
@@ -31,18 +31,14 @@ class Unsupported(Exception):
     """The native reader does not read this capture (the message says why)."""
 
 
-def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str], list[int]]:
-    """Stage ``path`` into the temporary tables (already created); return (frames read, reader
-    version, warnings, ports decoded as QUIC: those given and those that received a ClientHello
-    and carried QUIC the headers alone did not show).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
+def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str]]:
+    """Stage ``path`` into the temporary tables (already created), UDP on ``quic_ports`` read as
+    QUIC whatever it holds; return (frames read, reader version, warnings).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
     is no capture."""
     from quicack._native import CaptureReader
     from quicack.core.native import table
 
     name = str(path)
-    with open(path, "rb") as f:
-        if f.read(2) == b"\x1f\x8b":
-            raise Unsupported("gzip-compressed captures are read by tshark")
     try:
         reader = CaptureReader(name, Path(keylog).read_bytes() if keylog else None, list(quic_ports))
     except ValueError as e:
@@ -62,6 +58,6 @@ def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, l
         offset, what = reader.damage
         if not reader.frames:
             raise QuicackError(what, name, f"byte {offset}")
-        warnings.append(f"{name}: byte {offset}: {what}; kept the {reader.frames} frames before it")
-    return reader.frames, READER_VERSION, warnings, sorted(set(quic_ports) | set(reader.forced_ports))
+        warnings.append(f"{name}: byte {offset}: {what}; kept every complete frame before it ({reader.frames})")
+    return reader.frames, READER_VERSION, warnings
 

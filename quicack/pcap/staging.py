@@ -84,9 +84,15 @@ def _stage_native(con, path: Path, fmt: str, keylog, quic_ports) -> StagedCaptur
     if keylog is not None and not Path(keylog).is_file():
         raise QuicackError("no such key log file", str(keylog))
     keylog = Path(keylog) if keylog is not None else source.find_keylog(path)
+    ports = sorted(set(quic_ports))
     begin(con)
     with settings.changed(con, threads=1):
-        frames, version, warnings, ports = nativepath.stage(con, path, keylog, quic_ports)
+        frames, version, warnings = nativepath.stage(con, path, keylog, ports)
+        forced = sorted(set(ports_to_force(con)) - set(ports))
+        if forced:  # QUIC whose headers did not show it on a server port: read again (as tshark is)
+            ports = sorted(set(ports) | set(forced))
+            begin(con)
+            frames, version, warnings = nativepath.stage(con, path, keylog, ports)
     staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
                            source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
     _require_quic(con, staged)

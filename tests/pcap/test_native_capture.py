@@ -75,20 +75,44 @@ def test_the_native_reader_stores_the_rows_the_tshark_path_stores(path, tmp_path
 
 
 def test_what_the_native_reader_leaves_to_tshark_is_read_by_tshark_with_the_reason(tmp_path):
-    # draft-15 Initial packets: neither reader reads them; the native reader says it left them to tshark
+    import duckdb
+
+    from quicack.pcap import nativepath, staging
+
+    # draft-15 Initial packets: neither reader reads them; tshark's explanation is the refusal
     draft15 = ROOT / "tests/data/pcap2qlog/captures/Local/pcap/ngtcp2-pcap-encrypted.pcap"
     with Store(tmp_path / "s.duckdb") as store:
         result = store.ingest(draft15)
     assert result.status == "refused"
     assert "draft-15" in result.error
-    # a gzipped capture: tshark reads it, the native reader says it leaves it to tshark
+    # a link type the native reader does not know: it says so, and tshark reads the capture
     origin = ROOT / "tests/data/local/aioquic-aioquic-handshake/cap.pcapng"
-    packed = tmp_path / "cap.pcapng.gz"
-    packed.write_bytes(gzip.compress(origin.read_bytes()))
+    data = bytearray(origin.read_bytes())
+    shb_len = int.from_bytes(data[4:8], "little")
+    assert int.from_bytes(data[shb_len:shb_len + 4], "little") == 1  # the Interface Description Block
+    data[shb_len + 8:shb_len + 10] = (147).to_bytes(2, "little")  # LINKTYPE_USER0
+    odd = tmp_path / "odd.pcapng"
+    odd.write_bytes(bytes(data))
+    con = duckdb.connect()
+    staging.begin(con)
+    with pytest.raises(nativepath.Unsupported, match="^link type 147 is not read natively$"):
+        nativepath.stage(con, odd, None, [])
     with Store(tmp_path / "t.duckdb") as store:
-        result = store.ingest(packed, keylog=origin.parent / "keys.log")
-    assert result.status == "ingested", result
-    assert result.warnings[0] == f"{packed}: read by tshark: gzip-compressed captures are read by tshark"
+        native = store.ingest(odd, dissector="native")
+        reference = store.ingest(odd, dissector="tshark")
+    assert native.error == reference.error and "0 UDP datagrams" in native.error  # tshark's reading of it
+
+
+def test_a_gzipped_capture_is_read_natively_as_the_plain_one(tmp_path):
+    origin = ROOT / "tests/data/local/aioquic-two-connections/cap.pcapng"
+    for name, data in (("cap.pcapng", origin.read_bytes()), ("cap.pcapng.gz", gzip.compress(origin.read_bytes())),
+                       ("keys.log", (origin.parent / "keys.log").read_bytes())):
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "plain").mkdir()
+    plain, expected = _read(tmp_path / "cap.pcapng", tmp_path / "plain", "native")
+    zipped, got = _read(tmp_path / "cap.pcapng.gz", tmp_path, "native")
+    assert (zipped.status, zipped.warnings) == (plain.status, []) == ("ingested", [])
+    assert got == expected
 
 
 def test_analyze_reads_with_the_dissector_asked_for(tmp_path):

@@ -4,9 +4,9 @@
 //! UDP datagram (`link`) and cuts it into its coalesced QUIC packets (`packet`, RFC 9000
 //! §12.2): a datagram is QUIC if its first packet is a long header of a known version (or
 //! Version Negotiation), or a short header whose DCID belongs to a connection already seen
-//! (`conn`) — tshark's heuristics — or if it is UDP on a port given as QUIC or one that
-//! received a ClientHello (what `quicack.pcap.staging.ports_to_force` has tshark decode as
-//! QUIC).  A packet after the first must share the first one's DCID and have the fixed bit
+//! (`conn`) — tshark's heuristics — or if it is UDP on a port given as QUIC (the caller reads
+//! the capture again with the ports `quicack.pcap.staging.ports_to_force` finds, as it has
+//! tshark do).  A packet after the first must share the first one's DCID and have the fixed bit
 //! set; else the rest is padding.  Each packet is decrypted with its connection's keys
 //! (`keys`), its frames read (`frames`) and its CRYPTO bytes passed to the TLS handshake
 //! reader (`tls`), which yields the client random, cipher suite, server name and transport
@@ -58,9 +58,6 @@ pub struct State {
     events: i64,
     pub rows: Rows,
     quic_ports: FxHashSet<u16>,
-    server_ports: FxHashSet<u16>,
-    /// ports of `server_ports` on which a datagram was taken for QUIC by its port alone
-    pub forced_ports: std::collections::BTreeSet<u16>,
     pub unsupported: Option<String>,
     buf: Vec<u8>,
     frames: Vec<Frame>,
@@ -84,8 +81,7 @@ impl Reader {
         }
         let state = State {
             secrets, conns: Conns::default(), frames_read: 0, events: 0, rows: Rows::new(),
-            quic_ports: quic_ports.iter().copied().collect(), server_ports: FxHashSet::default(),
-            forced_ports: Default::default(), unsupported: None,
+            quic_ports: quic_ports.iter().copied().collect(), unsupported: None,
             buf: Vec::new(), frames: Vec::new(), src_ep: Vec::new(), dst_ep: Vec::new(),
         };
         Ok(Reader { records: Records::open(file)?, state, damage: None, done: false })
@@ -159,9 +155,6 @@ impl State {
                 Some(n) if n > 0 => at += n,
                 _ => break,
             }
-        }
-        if told.client_hello {
-            self.server_ports.insert(u.dst_port);
         }
         endpoint_text(&mut self.src_ep, src);
         endpoint_text(&mut self.dst_ep, dst);
@@ -265,7 +258,7 @@ impl State {
             }
             None => self.conns.short(rest, src, dst).map(|(c, s, n)| (Some(c), s, n)),
         };
-        let forced = [src.1, dst.1].iter().any(|p| self.quic_ports.contains(p) || self.server_ports.contains(p));
+        let forced = [src.1, dst.1].iter().any(|p| self.quic_ports.contains(p));
         let mut row = PacketRow { kind: Kind::OneRtt, long: false, size: rest.len(), version: None, dcid: None,
                                   pn: None, failed: false };
         match found {
@@ -296,14 +289,7 @@ impl State {
                     self.frames.clear();
                 }
             }
-            None if forced && first_dcid.is_none() => {
-                for p in [src.1, dst.1] {
-                    if self.server_ports.contains(&p) && !self.quic_ports.contains(&p) {
-                        self.forced_ports.insert(p);
-                    }
-                }
-                self.frames.clear();
-            }
+            None if forced && first_dcid.is_none() => self.frames.clear(),
             None => return None,
         }
         let len = row.dcid.map_or(0, |(_, n)| n).min(rest.len() - 1);
