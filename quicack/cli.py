@@ -125,7 +125,10 @@ QLOG_EXPORT_ALL_LIMIT = 50
                    "received packet later than the capture saw it, never earlier).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
               help="Differences listed per connection.")
-def compare(a, b, keylog, tolerance_ms, strict, limit):
+@click.option("--dissector", "dissectors", type=click.Choice(["native", "tshark"]), multiple=True,
+              help="What reads a capture: given once, both; twice, A then B (A and B may then be the "
+                   "same capture: the two readers compared).  [default: native]")
+def compare(a, b, keylog, tolerance_ms, strict, limit, dissectors):
     """Cross-check two views of the same connection(s), e.g. a capture and a qlog.
 
     Both files are ingested into a temporary in-memory store, connections are paired by
@@ -136,8 +139,15 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
     """
     from quicack.store.compare import compare_files
     from quicack.store.database import Store
+    if len(dissectors) > 2:
+        fail(QuicackError("--dissector: at most twice (A's reader, then B's)"))
+    readers = (list(dissectors) * 2)[:2] if dissectors else ["native", "native"]
     with Store(":memory:") as store:
-        results = [store.ingest(path, keylog=keylog) for path in (a, b)]
+        results = [store.ingest(a, keylog=keylog, dissector=readers[0])]
+        if readers[0] != readers[1]:  # the same bytes read by another reader are another file here
+            store.con.execute("UPDATE files SET content_sha256 = content_sha256 || ':' || ? WHERE file_id = 1",
+                              [readers[0]])
+        results.append(store.ingest(b, keylog=keylog, dissector=readers[1]))
         for r in results:
             for w in r.warnings:
                 click.echo(f"warning: {w}", err=True)

@@ -1,6 +1,7 @@
 """The native capture reader against the tshark path (issue 33): every capture of tests/data and
 ../shared/traces ingested both ways gives the same rows in every store table; what the reader
-leaves to tshark falls back with the reason; ``quicack analyze --dissector`` picks the reader;
+leaves to tshark falls back with the reason; ``quicack analyze --dissector`` picks the reader and
+``quicack compare CAP CAP --dissector native --dissector tshark`` finds the two readings equal;
 damaged captures are read up to the damage or refused in one line."""
 
 from __future__ import annotations
@@ -113,6 +114,17 @@ def test_a_gzipped_capture_is_read_natively_as_the_plain_one(tmp_path):
     zipped, got = _read(tmp_path / "cap.pcapng.gz", tmp_path, "native")
     assert (zipped.status, zipped.warnings) == (plain.status, []) == ("ingested", [])
     assert got == expected
+
+
+def test_compare_finds_the_two_readings_of_a_capture_equal():
+    capture = ROOT / "tests/data/local/aioquic-two-connections/cap.pcapng"
+    out = CliRunner().invoke(main, ["compare", str(capture), str(capture), "--dissector", "native",
+                                    "--dissector", "tshark"])
+    assert out.exit_code == 0, out.output
+    # (its two connections, by hand: tshark -r cap.pcapng -T fields -e quic.connection.number | sort -u)
+    assert out.output.count("no differences") == 2 and " 0 only in A, 0 only in B" in out.output, out.output
+    same = CliRunner().invoke(main, ["compare", str(capture), str(capture)])
+    assert same.exit_code == 1 and "A and B hold the same bytes: nothing to compare" in same.output
 
 
 def test_analyze_reads_with_the_dissector_asked_for(tmp_path):
