@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -52,8 +53,7 @@ def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...
 def early_dissection(argv: list[str]):
     """tshark started on the capture of ``quicack analyze --dissector tshark CAPTURE …`` (None for
     anything else: the native reader, the default, needs no head start)."""
-    if "--dissector=tshark" not in argv and not any(a == "--dissector" and b == "tshark"
-                                                    for a, b in zip(argv, argv[1:])):
+    if "--dissector=tshark" not in argv and ("--dissector", "tshark") not in set(pairwise(argv)):
         return None
     rest, skip = [], False
     for a, b in zip(argv, argv[1:] + [""]):
