@@ -68,21 +68,23 @@ def read_only(capture: Path, keylog: Path | None) -> None:
     the packets, the seconds reading took and the peak memory."""
     from quicack._native import CaptureReader
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     reader = CaptureReader(str(capture), keylog.read_bytes() if keylog else None, [])
     packets = 0
     while (batch := reader.batch(32768)) is not None:
         packets += batch[2][0][2]  # c_pkt's first column: its length
-    seconds = time.perf_counter() - start
-    print(f"{reader.frames} {packets} {seconds:.4f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"{reader.frames} {packets} {seconds:.4f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+          f"{cpu:.4f}")
 
 
-def native_reader(capture: Path, keylog: Path | None) -> tuple[float, float, float]:
-    """(seconds the native reader took inside its process, whole process's wall seconds, peak MB)."""
+def native_reader(capture: Path, keylog: Path | None) -> tuple[float, float, float, float]:
+    """(seconds the native reader took inside its process, whole process's wall seconds, peak MB,
+    CPU seconds of the reading)."""
     cmd = [sys.executable, __file__, "--read-only", str(capture)] + (["--keylog", str(keylog)] if keylog else [])
     start = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
-    return float(out[2]), time.perf_counter() - start, float(out[3])
+    return float(out[2]), time.perf_counter() - start, float(out[3]), float(out[4])
 
 
 def frames_in(capture: Path) -> int:
@@ -178,9 +180,9 @@ def main() -> None:
         t_raw, cpu_raw = min(raw_runs)
         t_ingest, cpu_ingest = min(ingest_runs)
         t_native, cpu_native = min(native_runs)
-        t_reader = min(r[0] for r in reader_runs)
+        t_reader, cpu_reader = min((r[0], r[3]) for r in reader_runs)
         rows = [("raw tshark -T fields (same fields and options)", frames / t_raw, t_raw, cpu_raw),
-                ("native reader alone (in its process)", frames / t_reader, t_reader, None),
+                ("native reader alone (in its process)", frames / t_reader, t_reader, cpu_reader),
                 ("quicack analyze --dissector native (whole ingest)", frames / t_native, t_native, cpu_native),
                 ("quicack analyze --dissector tshark (whole ingest)", frames / t_ingest, t_ingest, cpu_ingest)]
         if not args.no_pyshark:
@@ -207,6 +209,8 @@ def main() -> None:
         targets = [("native reader ≥ 10× raw tshark (≥ 30k decrypted packets)", rows[1][1] / raw_rate, 10, 30_000),
                    ("quicack analyze (native) ≥ 5× raw tshark (≥ 500k packets)", rows[2][1] / raw_rate, 5, 500_000),
                    ("quicack analyze --dissector tshark ≥ 0.7× raw tshark", rows[3][1] / raw_rate, 0.7, 30_000)]
+        print(f"CPU seconds per packet: raw tshark {cpu_raw / frames * 1e6:.1f} µs, native reader "
+              f"{cpu_reader / frames * 1e6:.1f} µs ({cpu_raw / cpu_reader:.1f}×; wall time depends on the machine's load)")
         for name, ratio, target, needed in targets:
             verdict = ("met" if ratio >= target else "NOT met") if frames >= needed else f"not measured (< {needed} packets)"
             print(f"target: {name}: {verdict} ({ratio:.2f}×, best of each)")
