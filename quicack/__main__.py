@@ -1,6 +1,6 @@
 """The ``quicack`` program: tshark started early for ``quicack analyze CAPTURE``, then the CLI.
 
-Theory of operation: a user of ``quicack analyze capture.pcapng`` waits first for tshark, which
+Theory of operation: a user of ``quicack analyze --dissector tshark capture.pcapng`` waits first for tshark, which
 spends a few tenths of a second loading its dissectors before it writes a row.  So before click,
 DuckDB and pyarrow load, :func:`early_dissection` reads the few options of a plain ``analyze``
 command line that matter (``--keylog``, ``--quic-port``, the first path) and starts tshark on the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -50,8 +51,16 @@ def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...
 
 
 def early_dissection(argv: list[str]):
-    """tshark started on the capture of ``quicack analyze CAPTURE …`` (None for anything else)."""
-    parsed = analyze_arguments(argv)
+    """tshark started on the capture of ``quicack analyze --dissector tshark CAPTURE …`` (None for
+    anything else: the native reader, the default, needs no head start)."""
+    if "--dissector=tshark" not in argv and ("--dissector", "tshark") not in set(pairwise(argv)):
+        return None
+    rest, skip = [], False
+    for a, b in zip(argv, argv[1:] + [""]):
+        if not skip and a != "--dissector" and not a.startswith("--dissector="):
+            rest.append(a)
+        skip = a == "--dissector" and b == "tshark" and not skip
+    parsed = analyze_arguments(rest)
     if parsed is None or not parsed[0].is_file():
         return None
     from quicack.store import ingest  # light: the pcap path's file checks and tshark, no DuckDB

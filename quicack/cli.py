@@ -38,7 +38,7 @@ def main() -> None:
 
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
-                 quic_ports: tuple[int, ...] = (), jobs: int | None = None) -> Summary:
+                 quic_ports: tuple[int, ...] = (), jobs: int | None = None, dissector: str = "native") -> Summary:
     from quicack.store import ingest  # light: tshark may start on a capture before DuckDB loads
 
     state = click.get_current_context().find_root().obj or {}
@@ -54,11 +54,11 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
     # (the paths as given: analyze walks the folders again, counting what it skips in them)
     if not show:
         return ingest.analyze(paths, db=db, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
-                              dissection=early, jobs=jobs)
+                              dissection=early, jobs=jobs, dissector=dissector)
     from quicack.terminal import FileBar
     with FileBar(total) as bar:
         return ingest.analyze(paths, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
-                              quic_ports=quic_ports, dissection=early, jobs=jobs)
+                              quic_ports=quic_ports, dissection=early, jobs=jobs, dissector=dissector)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
@@ -79,16 +79,19 @@ def _print_summary(summary: Summary, db: str) -> None:
               help="TLS key log (SSLKEYLOGFILE format) decrypting the captures; default: a "
                    "<capture>.keys, keys.log or sslkeylog file beside each capture.")
 @click.option("--quic-port", "quic_ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
-              help="Decode this UDP port as QUIC in captures (repeatable); tshark's heuristics "
-                   "find QUIC on most ports by themselves.")
+              help="Decode this UDP port as QUIC in captures (repeatable); QUIC is found on any "
+                   "port by its headers, this is for the rest.")
+@click.option("--dissector", type=click.Choice(["native", "tshark"]), default="native", show_default=True,
+              help="What reads captures: quicack's own reader, or tshark (the reference; the native "
+                   "reader leaves to tshark the link types and QUIC versions it does not read, saying so).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=None, metavar="N",
               help="Small qlog files (up to 4 MB) ingested at once, each in its own transaction; "
                    "default: one per core.")
-def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
-    or NDJSON, and pcap/pcapng captures (decrypted and dissected by tshark), each optionally
+    or NDJSON, and pcap/pcapng captures (decrypted and dissected by quicack's own reader, or by tshark), each optionally
     gzipped.  Captures are decrypted with --keylog, a key log beside them, or the Decryption
     Secrets Block of a pcapng; without secrets only Initial packets decrypt (the summary says
     what was not decrypted).  Each file is ingested in its own transaction; a file already
@@ -96,7 +99,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
     file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector)
     except QuicackError as e:
         fail(e)
     _print_summary(summary, db)
@@ -122,7 +125,10 @@ QLOG_EXPORT_ALL_LIMIT = 50
                    "received packet later than the capture saw it, never earlier).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
               help="Differences listed per connection.")
-def compare(a, b, keylog, tolerance_ms, strict, limit):
+@click.option("--dissector", "dissectors", type=click.Choice(["native", "tshark"]), multiple=True,
+              help="What reads a capture: given once, both; twice, A then B (A and B may then be the "
+                   "same capture: the two readers compared).  [default: native]")
+def compare(a, b, keylog, tolerance_ms, strict, limit, dissectors):
     """Cross-check two views of the same connection(s), e.g. a capture and a qlog.
 
     Both files are ingested into a temporary in-memory store, connections are paired by
@@ -133,8 +139,15 @@ def compare(a, b, keylog, tolerance_ms, strict, limit):
     """
     from quicack.store.compare import compare_files
     from quicack.store.database import Store
+    if len(dissectors) > 2:
+        fail(QuicackError("--dissector: at most twice (A's reader, then B's)"))
+    readers = (list(dissectors) * 2)[:2] if dissectors else ["native", "native"]
     with Store(":memory:") as store:
-        results = [store.ingest(path, keylog=keylog) for path in (a, b)]
+        results = [store.ingest(a, keylog=keylog, dissector=readers[0])]
+        if readers[0] != readers[1]:  # the same bytes read by another reader are another file here
+            store.con.execute("UPDATE files SET content_sha256 = content_sha256 || ':' || ? WHERE file_id = 1",
+                              [readers[0]])
+        results.append(store.ingest(b, keylog=keylog, dissector=readers[1]))
         for r in results:
             for w in r.warnings:
                 click.echo(f"warning: {w}", err=True)

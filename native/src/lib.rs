@@ -18,6 +18,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+pub mod capture;
 pub mod columns;
 pub mod event;
 mod input;
@@ -249,11 +250,70 @@ impl Normalizer {
 
 }
 
+/// A capture read by the native reader (`capture`): batches of staged rows.
+#[pyclass(module = "quicack._native", unsendable)]
+struct CaptureReader {
+    inner: capture::Reader,
+}
+
+#[pymethods]
+impl CaptureReader {
+    /// Open `path` (pcap or pcapng, also gzip-compressed: byte offsets are then those of the
+    /// uncompressed capture), with the key log text `keylog` and UDP ports read as QUIC;
+    /// ValueError((byte offset, what)) if it is no capture.
+    #[new]
+    #[pyo3(signature = (path, keylog=None, quic_ports=Vec::new()))]
+    fn new(path: &str, keylog: Option<Vec<u8>>, quic_ports: Vec<u16>) -> PyResult<Self> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{path}: {e}")))?;
+        let mut file = std::io::BufReader::with_capacity(1 << 20, file);
+        let gzipped = std::io::BufRead::fill_buf(&mut file).map(|b| b.starts_with(&[0x1f, 0x8b])).unwrap_or(false);
+        let opened = if gzipped {
+            let inflated = std::io::BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file));
+            capture::Reader::new(inflated, keylog.as_deref(), &quic_ports)
+        } else {
+            capture::Reader::new(file, keylog.as_deref(), &quic_ports)
+        };
+        opened
+            .map(|inner| CaptureReader { inner })
+            .map_err(|d| pyo3::exceptions::PyValueError::new_err((d.offset, d.what)))
+    }
+
+    /// The next batch: (datagrams, transport parameters, packets, frames) as columns for
+    /// `quicack.core.native.table`, or None at the end.
+    fn batch<'py>(&mut self, py: Python<'py>, datagrams: usize) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let inner = &mut self.inner;
+        let Some(rows) = py.detach(|| inner.batch(datagrams)) else { return Ok(None) };
+        let tables = [output::table(py, &rows.dgram)?, output::table(py, &rows.tp)?, output::table(py, &rows.pkt)?,
+                      output::table(py, &rows.frame)?];
+        Ok(Some(PyTuple::new(py, tables)?))
+    }
+
+    /// Captured frames read so far.
+    #[getter]
+    fn frames(&self) -> i64 {
+        self.inner.state.frames_read
+    }
+
+    /// Where reading stopped on damage: (byte offset, what), or None.
+    #[getter]
+    fn damage(&self) -> Option<(u64, String)> {
+        self.inner.damage.as_ref().map(|d| (d.offset, d.what.clone()))
+    }
+
+    /// Why the capture is left to tshark (a link type, a QUIC version), or None.
+    #[getter]
+    fn unsupported(&self) -> Option<String> {
+        self.inner.state.unsupported.clone()
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stage, m)?)?;
     m.add_function(wrap_pyfunction!(array_elements, m)?)?;
     m.add_class::<Staged>()?;
+    m.add_class::<CaptureReader>()?;
     m.add_class::<Normalizer>()?;
     m.add_class::<replayer::RttEstimator>()?;
     m.add_class::<replayer::Replayer>()?;

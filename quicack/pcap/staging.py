@@ -1,6 +1,8 @@
 """Staging a capture: tshark's rows into temporary tables of datagrams, packets and frames.
 
-Theory of operation: :func:`stage` has tshark dissect the capture (:mod:`quicack.pcap.tshark`)
+Theory of operation: :func:`stage` has quicack's own reader read the capture
+(:mod:`quicack.pcap.nativepath`, the default: it fills the same tables) or, with
+``dissector='tshark'`` or for what the native reader leaves to it, has tshark dissect it (:mod:`quicack.pcap.tshark`)
 and stages its rows batch by batch while tshark still runs (this thread, DuckDB on one thread;
 tshark on the other core): :class:`Staging` cuts every captured UDP datagram into its QUIC
 packets and every packet into its frames, with Arrow compute for datagrams of one packet
@@ -25,7 +27,7 @@ import duckdb
 
 from quicack.core import quicversion
 from quicack.model import QuicackError
-from quicack.pcap import fastpath, generalpath, source, tshark
+from quicack.pcap import fastpath, generalpath, nativepath, source, tshark
 from quicack.pcap.fields import PARAMETER_FIELDS
 from quicack.store import settings
 
@@ -45,16 +47,62 @@ class StagedCapture:
     qlog_version: str | None = None  # for the files row: captures have none
 
 
+#: The readers of captures: quicack's own (the default) and tshark (the reference and fallback).
+DISSECTORS = ("native", "tshark")
+
+
 def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | tuple[int, ...] = (),
-          dissection: tshark.Dissection | None = None) -> StagedCapture:
-    """Dissect ``path`` with tshark (or take the running ``dissection`` of it, which this closes)
-    and stage its rows (:class:`Staging`).  Raise QuicackError if the capture is unreadable or
-    holds no QUIC packet tshark could read."""
+          dissection: tshark.Dissection | None = None, dissector: str = "native") -> StagedCapture:
+    """Stage the rows of ``path`` read by ``dissector``: the native reader
+    (:mod:`quicack.pcap.nativepath`), which leaves to tshark what it does not read (the reason
+    becomes a warning), or tshark (or its running ``dissection``, which this closes; the rows:
+    :class:`Staging`).  Raise QuicackError if the capture is unreadable or holds no QUIC packet."""
+    name = str(path)
+    fmt = source.capture_format(path)
+    if fmt is None:
+        if dissection is not None:
+            dissection.close()
+        raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
+    fallback = None
+    if dissector == "native":
+        if dissection is not None:
+            dissection.close()
+            dissection = None
+        try:
+            return _stage_native(con, path, fmt, keylog, quic_ports)
+        except nativepath.Unsupported as e:
+            fallback = f"{name}: read by tshark: {e}"
+    staged = _stage_tshark(con, path, fmt, keylog, quic_ports, dissection)
+    if fallback:
+        staged.warnings.insert(0, fallback)
+    return staged
+
+
+def _stage_native(con, path: Path, fmt: str, keylog, quic_ports) -> StagedCapture:
+    """Stage ``path`` read by the native reader; nativepath.Unsupported if tshark must read it."""
+    name = str(path)
+    if keylog is not None and not Path(keylog).is_file():
+        raise QuicackError("no such key log file", str(keylog))
+    keylog = Path(keylog) if keylog is not None else source.find_keylog(path)
+    ports = sorted(set(quic_ports))
+    begin(con)
+    with settings.changed(con, threads=1):
+        frames, version, warnings = nativepath.stage(con, path, keylog, ports)
+        forced = sorted(set(ports_to_force(con)) - set(ports))
+        if forced:  # QUIC whose headers did not show it on a server port: read again (as tshark is)
+            ports = sorted(set(ports) | set(forced))
+            begin(con)
+            frames, version, warnings = nativepath.stage(con, path, keylog, ports)
+    staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
+                           source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+    _require_quic(con, staged)
+    return staged
+
+
+def _stage_tshark(con, path: Path, fmt: str, keylog, quic_ports, dissection) -> StagedCapture:
+    """Dissect ``path`` with tshark (or its running ``dissection``) and stage its rows."""
     name = str(path)
     try:
-        fmt = source.capture_format(path)
-        if fmt is None:
-            raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
         if dissection is None or not dissection.matches(path, keylog, quic_ports):
             if dissection is not None:
                 dissection.close()
@@ -109,7 +157,9 @@ def _require_quic(con, staged: StagedCapture) -> None:
     if con.execute("SELECT count(*) FROM c_pkt").fetchall()[0][0]:
         return
     udp = con.execute("SELECT count(*) FROM c_dgram").fetchall()[0][0]
-    why = quicversion.explain(tshark.udp_payload_heads(Path(staged.path)), staged.tshark_version) if udp else None
+    why = None
+    if udp and staged.tshark_version != nativepath.READER_VERSION:
+        why = quicversion.explain(tshark.udp_payload_heads(Path(staged.path)), staged.tshark_version)
     raise QuicackError(f"no QUIC packets found: {staged.frames} frames, {udp} UDP datagrams, none dissected as "
                        f"QUIC{'; ' + why if why else ' (QUIC on an unusual port? try --quic-port PORT)'}",
                        staged.path)

@@ -94,7 +94,7 @@ PARALLEL_BYTES = 4 << 20
 def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", reanalyze: bool = False,
             progress: Callable[[Path, int], None] | None = None, keylog: str | Path | None = None,
             quic_ports: Iterable[int] = (), dissection: tshark.Dissection | None = None,
-            jobs: int | None = None) -> Summary:
+            jobs: int | None = None, dissector: str = "native") -> Summary:
     """Ingest every trace under ``paths`` into the store ``db``; return what happened per file,
     in the order of the files.
 
@@ -104,7 +104,8 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     are decoded as QUIC.  ``dissection``: tshark already started (quicack.__main__ starts it
     before the command line is parsed), taken over if it is the first file's, else stopped.  ``jobs``:
     small qlog files ingested at once (default: one per core), each in its own transaction;
-    ``progress`` is then called from that many threads.
+    ``progress`` is then called from that many threads.  ``dissector``: what reads captures
+    (quicack.pcap.staging.DISSECTORS).
     """
     summary = Summary()
     named = expand(paths, summary.skipped)
@@ -115,7 +116,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     if dissection is not None and not (files and dissection.matches(files[0], keylog, quic_ports)):
         dissection.close()
         dissection = None
-    early = dissection or early_dissection(files, keylog, quic_ports)
+    early = dissection or (early_dissection(files, keylog, quic_ports) if dissector == "tshark" else None)
     try:
         from quicack.store.database import Store  # DuckDB and pyarrow load while tshark starts
 
@@ -131,7 +132,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
                 step = (lambda n, path=path: progress(path, n)) if progress else None
                 dissection = early if early is not None and early.path == path else None
                 results[i] = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
-                                          progress=step, dissection=dissection)
+                                          progress=step, dissection=dissection, dissector=dissector)
             ingested = iter(results[i] for i in range(len(files)))
             summary.files.extend(special[i] if i in special else next(ingested) for i in range(len(named)))
             if summary.file_ids:

@@ -109,12 +109,11 @@ class Ingest:
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
-             dissection: tshark.Dissection | None = None) -> FileResult:
-        """Ingest one qlog file or capture in one transaction.  A refused file is a result, not an
-        exception.  Captures are decrypted with ``keylog`` (else a key log beside them) and
-        ``quic_ports`` are decoded as QUIC whatever tshark's heuristics say; ``dissection`` is
-        tshark already started on the capture (:class:`quicack.pcap.tshark.Dissection`), which this
-        takes over and closes.
+             dissection: tshark.Dissection | None = None, dissector: str = "native") -> FileResult:
+        """Ingest one qlog file or capture in one transaction (a capture read by ``dissector``:
+        quicack.pcap.staging.DISSECTORS).  A refused file is a result, not an exception.
+        Captures are decrypted with ``keylog`` (else a key log beside them), ``quic_ports`` decoded
+        as QUIC; ``dissection`` is tshark already started on the capture, taken over and closed.
 
         ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
         previous call; by the time ingest returns the calls add up to the file size.
@@ -148,7 +147,7 @@ class Ingest:
             if is_capture:
                 with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
                     return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
-                                             dissection, int(saved["threads"]))
+                                             dissection, int(saved["threads"]), dissector=dissector)
             values = dict(INGEST_SETTINGS)
             if size <= slicing.SLICE_BYTES:
                 # A file of one slice is ingested with DuckDB on one thread: its statements over a
@@ -284,7 +283,7 @@ class Ingest:
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
                      quic_ports: tuple[int, ...], is_capture: bool,
                      dissection: tshark.Dissection | None = None, threads: int = 1,
-                     notes: tuple[str, ...] = ()) -> FileResult:
+                     notes: tuple[str, ...] = (), dissector: str = "native") -> FileResult:
         """Ingest one file in one transaction; ``notes``: warnings to record with it.  A file that
         cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
         self.con.execute("BEGIN")
@@ -293,7 +292,7 @@ class Ingest:
             file_id = ids.file_id()
             if is_capture:  # (never one of many()'s: its connections count up from the next id)
                 first_connection = ids.connections(0)
-                staged = staging.stage(self.con, path, keylog, quic_ports, dissection)
+                staged = staging.stage(self.con, path, keylog, quic_ports, dissection, dissector)
                 # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
                 # committed faster by one thread than by several that wait for one another.
                 self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")

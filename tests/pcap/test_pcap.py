@@ -336,19 +336,26 @@ def test_a_peer_port_tshark_gives_to_another_protocol_is_decoded_as_quic_when_na
     """A peer scan's capture whose server port was 34980, EtherCAT's: by hand ``tshark -r FILE -T
     fields -e frame.protocols -e udp.srcport`` shows 'eth:ethertype:ip:udp:ecatf:data 34980' for
     its 36 datagrams to and from that port, so tshark's QUIC heuristics never see them.  Refused
-    as no QUIC; with the port named, three connections (the scan's three probes) decrypt with the
-    scan's key log.  quicack.lab.peers.scan names the peer's port for this reason."""
+    as no QUIC by tshark; with the port named, three connections (the scan's three probes) decrypt
+    with the scan's key log.  quicack.lab.peers.scan names the peer's port for this reason.  The
+    native reader finds QUIC by its headers on any port: the same three connections without it."""
     folder = DATA / "peers/quinn/port-34980"
+    with Store(tmp_path / "n.duckdb") as store:
+        native = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log")
+        native_rows = store.con.execute("""SELECT cc.server_port, count(*), sum(cc.packets_not_decrypted)
+            FROM capture_connections cc GROUP BY ALL""").fetchall()
+    assert native.status == "ingested" and native.connections == 3
     with Store(tmp_path / "s.duckdb") as store:
-        refused = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log")
-        forced = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log", quic_ports=(34980,))
+        refused = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log", dissector="tshark")
+        forced = store.ingest(folder / "scan.pcapng", keylog=folder / "keys.log", quic_ports=(34980,),
+                              dissector="tshark")
         rows = store.con.execute("""SELECT cc.server_port, count(*), sum(cc.packets_not_decrypted)
             FROM capture_connections cc GROUP BY ALL""").fetchall()
     assert refused.status == "refused" and "none dissected as QUIC" in refused.error
     # (QUIC v1 payloads: the port is the reason, and the hint says so)
     assert refused.error.endswith("none dissected as QUIC (QUIC on an unusual port? try --quic-port PORT)")
     assert forced.status == "ingested" and forced.connections == 3
-    assert rows == [(34980, 3, 0)]
+    assert rows == native_rows == [(34980, 3, 0)]
 
 
 def test_gso_superframes_reported_and_not_misread(tmp_path):

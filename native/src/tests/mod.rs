@@ -3,6 +3,7 @@
 //! (`event`), and RFC 9002's estimator and replay against figures worked out by hand from the
 //! RFC (`recovery`).  `cargo test` runs them (`tests/test_native.py` does, in the suite).
 
+mod capture;
 mod event;
 mod hostile;
 mod json;

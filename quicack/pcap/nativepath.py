@@ -1,0 +1,63 @@
+"""The native path of capture staging: quicack's own capture reader instead of tshark.
+
+Theory of operation: ``quicack._native.CaptureReader`` (Rust, ``native/src/capture/``) reads
+the capture file itself — pcap/pcapng records, link, IP and UDP headers, QUIC headers and
+coalesced packets, Initial keys from the client's DCID, the other keys from the key log or a
+pcapng Decryption Secrets Block, header protection, AEAD, frames, the TLS messages inside
+CRYPTO — and hands back, batch by batch, the rows of the same temporary tables the tshark path
+fills (``c_dgram``, ``c_tp``, ``c_pkt``, ``c_frame``: :func:`quicack.pcap.staging.begin`), with
+a connection number worked out as tshark's is (connection IDs followed).  Everything after
+staging (:mod:`quicack.pcap.connections`, :mod:`quicack.pcap.normalize`) is shared.  What the
+reader does not read (a link type, a QUIC version it does not know) raises
+:class:`Unsupported` with the reason, and the caller has tshark read the capture instead.  A
+damaged capture is read up to the damage (a warning names the byte offset), or refused with
+that offset if nothing before it could be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quicack.model import QuicackError
+
+#: Datagrams per batch handed from the reader to DuckDB.
+BATCH_DATAGRAMS = 32768
+
+#: What capture_files.tshark_version holds for captures the native reader read.
+READER_VERSION = "native"
+
+
+class Unsupported(Exception):
+    """The native reader does not read this capture (the message says why)."""
+
+
+def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str]]:
+    """Stage ``path`` into the temporary tables (already created), UDP on ``quic_ports`` read as
+    QUIC whatever it holds; return (frames read, reader version, warnings).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
+    is no capture."""
+    from quicack._native import CaptureReader
+    from quicack.core.native import table
+
+    name = str(path)
+    try:
+        reader = CaptureReader(name, Path(keylog).read_bytes() if keylog else None, list(quic_ports))
+    except ValueError as e:
+        offset, what = e.args
+        raise QuicackError(what, name, f"byte {offset}") from None
+    while (batch := reader.batch(BATCH_DATAGRAMS)) is not None:
+        if reader.unsupported:
+            break
+        for columns, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
+            quicack_rows = table(columns)
+            if quicack_rows.num_rows:
+                con.execute(f"INSERT INTO {target} SELECT * FROM quicack_rows")
+    if reader.unsupported:
+        raise Unsupported(reader.unsupported)
+    warnings = []
+    if reader.damage is not None:
+        offset, what = reader.damage
+        if not reader.frames:
+            raise QuicackError(what, name, f"byte {offset}")
+        warnings.append(f"{name}: byte {offset}: {what}; kept every complete frame before it ({reader.frames})")
+    return reader.frames, READER_VERSION, warnings
+
