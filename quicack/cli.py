@@ -38,11 +38,16 @@ def main() -> None:
 
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
-                 quic_ports: tuple[int, ...] = (), jobs: int | None = None) -> Summary:
+                 quic_ports: tuple[int, ...] = (), jobs: int | None = None, cluster: str | None = None,
+                 shards: str | None = None) -> Summary:
     from quicack.store import ingest  # light: tshark may start on a capture before DuckDB loads
 
     state = click.get_current_context().find_root().obj or {}
     early, state["dissection"] = state.get("dissection"), None  # (taken over by the ingest)
+    if cluster is not None:
+        if early is not None:
+            early.close()  # (the workers dissect)
+        return _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards)
     try:
         files = ingest.expand(paths)
     except QuicackError:
@@ -59,6 +64,19 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
     with FileBar(total) as bar:
         return ingest.analyze(paths, db=db, reanalyze=reanalyze, progress=bar.step, keylog=keylog,
                               quic_ports=quic_ports, dissection=early, jobs=jobs)
+
+
+def _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards) -> Summary:
+    from quicack.cluster import ingest as cluster_ingest
+    from quicack.store import ingest
+    total = sum(f.stat().st_size for f in ingest.expand(paths) if f.is_file())
+    arguments = dict(db=db, cluster=cluster, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
+                     shards=shards)
+    if quiet or not console().is_terminal:
+        return cluster_ingest.analyze(paths, **arguments)
+    from quicack.terminal import FileBar
+    with FileBar(total) as bar:
+        return cluster_ingest.analyze(paths, progress=bar.step, **arguments)
 
 
 def _print_summary(summary: Summary, db: str) -> None:
@@ -84,7 +102,13 @@ def _print_summary(summary: Summary, db: str) -> None:
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=None, metavar="N",
               help="Small qlog files (up to 4 MB) ingested at once, each in its own transaction; "
                    "default: one per core.")
-def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
+@click.option("--cluster", metavar="ADDRESS|local:N",
+              help="Ingest on a Dask cluster: a scheduler's address (tcp://host:8786), or local:N "
+                   "worker processes on this machine (pip install 'quicack[cluster]'; docs/cluster.md).")
+@click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
+              help="With --cluster: folder for the workers' stores, seen by workers and this machine "
+                   "at the same path  [default: DB.shards beside the store].")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
@@ -96,7 +120,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs):
     file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards)
     except QuicackError as e:
         fail(e)
     _print_summary(summary, db)

@@ -73,7 +73,7 @@ def _in_folder(folder: Path, skipped: dict[str, int]) -> list[Path]:
     return sorted(found)
 
 
-def _not_regular(path: Path) -> FileResult | None:
+def not_regular(path: Path) -> FileResult | None:
     """The refusal of a file named directly that is not a regular one (a FIFO, /dev/zero, a link to
     either): reading it would never end.  None for a regular file."""
     from quicack.store.transaction import kind_of
@@ -108,7 +108,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     """
     summary = Summary()
     named = expand(paths, summary.skipped)
-    special = {i: refused for i, path in enumerate(named) if (refused := _not_regular(path)) is not None}
+    special = {i: refused for i, path in enumerate(named) if (refused := not_regular(path)) is not None}
     files = [path for i, path in enumerate(named) if i not in special]
     jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     quic_ports = tuple(quic_ports)

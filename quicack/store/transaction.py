@@ -269,6 +269,23 @@ class Ingest:
             results[i] = self.file(paths[i], reanalyze=reanalyze, progress=step(i))
         return results
 
+    def held(self, path: str | Path, digest: str, reanalyze: bool = False, keylog=None) -> FileResult | None:
+        """Before rows of ``path`` made elsewhere (a cluster worker's shard) are appended: the
+        result of a file this store already holds (unchanged), else None once the rows of an
+        earlier ingest of the same bytes are deleted (``reanalyze``, another analysis version)."""
+        path = Path(path)
+        held = self._unchanged(path, digest, reanalyze, keylog, source.is_capture(path))
+        if held is None:
+            self.con.execute("BEGIN")
+            try:
+                for previous_id, _ in self._previous(digest):
+                    self._delete_file(previous_id)
+                self.con.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        return held
+
     def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
         """The result for a file this analysis version already holds, else None."""
         previous = self._previous(digest)
