@@ -39,7 +39,7 @@ def main() -> None:
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
                  quic_ports: tuple[int, ...] = (), jobs: int | None = None, cluster: str | None = None,
-                 shards: str | None = None) -> Summary:
+                 shards: str | None = None, wait_s: float = 60.0) -> Summary:
     from quicack.store import ingest  # light: tshark may start on a capture before DuckDB loads
 
     state = click.get_current_context().find_root().obj or {}
@@ -47,7 +47,7 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
     if cluster is not None:
         if early is not None:
             early.close()  # (the workers dissect)
-        return _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards)
+        return _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards, wait_s)
     try:
         files = ingest.expand(paths)
     except QuicackError:
@@ -66,12 +66,12 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
                               quic_ports=quic_ports, dissection=early, jobs=jobs)
 
 
-def _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards) -> Summary:
+def _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards, wait_s) -> Summary:
     from quicack.cluster import ingest as cluster_ingest
     from quicack.store import ingest
     total = sum(f.stat().st_size for f in ingest.expand(paths) if f.is_file())
     arguments = dict(db=db, cluster=cluster, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
-                     shards=shards)
+                     shards=shards, timeout_s=wait_s)
     if quiet or not console().is_terminal:
         return cluster_ingest.analyze(paths, **arguments)
     from quicack.terminal import FileBar
@@ -108,7 +108,9 @@ def _print_summary(summary: Summary, db: str) -> None:
 @click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
               help="With --cluster: folder for the workers' stores, seen by workers and this machine "
                    "at the same path  [default: DB.shards beside the store].")
-def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards):
+@click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="With --cluster: how long to wait for the scheduler and a first worker.")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards, wait_s):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
@@ -120,7 +122,7 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shar
     file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards, wait_s)
     except QuicackError as e:
         fail(e)
     _print_summary(summary, db)

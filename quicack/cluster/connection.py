@@ -50,6 +50,7 @@ def client(address: str, workers: int = 1, timeout_s: float = WORKER_TIMEOUT_S) 
     dask = distributed()
     logging.getLogger("distributed").setLevel(logging.ERROR)  # (its warnings are not the user's)
     n = local_workers(address)
+    connect_s = min(CONNECT_TIMEOUT_S, timeout_s)
     with contextlib.ExitStack() as stack:
         if n is not None:
             cluster = stack.enter_context(dask.LocalCluster(
@@ -57,16 +58,16 @@ def client(address: str, workers: int = 1, timeout_s: float = WORKER_TIMEOUT_S) 
                 silence_logs=logging.ERROR))
             address = cluster.scheduler_address
         try:
-            c = stack.enter_context(dask.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False))
+            c = stack.enter_context(dask.Client(address, timeout=connect_s, set_as_default=False))
         except (OSError, TimeoutError) as e:
-            raise QuicackError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S:.0f} s "
+            raise QuicackError(f"no Dask scheduler answered at {address} within {connect_s:g} s "
                                f"({type(e).__name__}): start one with `dask scheduler`") from None
         try:
             c.wait_for_workers(workers, timeout=timeout_s)
         except TimeoutError:
             have = len(c.scheduler_info().get("workers", {}))
             raise QuicackError(f"{have} Dask worker{'s' if have != 1 else ''} registered with the scheduler at "
-                               f"{address} within {timeout_s:.0f} s, {workers} needed: start workers with "
+                               f"{address} within {timeout_s:g} s, {workers} needed: start workers with "
                                f"`dask worker {address}`") from None
         yield c
 

@@ -2,8 +2,8 @@
 
 Theory of operation: the client expands the paths as a local analyze does and submits one task
 per file (:func:`ingest_shard`).  A task ingests its file into a new store of its own in the run's
-shard folder, named ``NNNNNNN-<token>.partial.duckdb`` while it is written and renamed to
-``NNNNNNN-<token>.duckdb`` only once the store is closed; the task returns that name.  A worker
+shard folder, named ``NNNNNNN-<worker>-<token>.partial.duckdb`` while it is written and renamed
+to ``NNNNNNN-<worker>-<token>.duckdb`` only once the store is closed; the task returns that name.  A worker
 killed mid-file leaves a ``.partial`` store no one names, and Dask runs the task again on
 another worker under a new token, so a half-written shard is never combined.  The client appends
 the finished shards to ``--db`` in the order of the files (:func:`quicack.store.merge.append`,
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ def ingest_shard(path: str, folder: str, index: int, reanalyze: bool, keylog: st
         if digest in known:
             return FileResult(path, "unchanged"), None, digest
     Path(folder).mkdir(parents=True, exist_ok=True)
-    stem = f"{index:07d}-{uuid.uuid4().hex[:12]}"
+    stem = f"{index:07d}-{_worker_name()}-{uuid.uuid4().hex[:8]}"
     partial = Path(folder) / f"{stem}.partial.duckdb"
     with Store(partial) as store:
         result = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=tuple(quic_ports))
@@ -65,6 +66,16 @@ def ingest_shard(path: str, folder: str, index: int, reanalyze: bool, keylog: st
     final = partial.with_name(f"{stem}.duckdb")
     os.replace(partial, final)
     return result, str(final), digest
+
+
+def _worker_name() -> str:
+    """The Dask worker running this task, as a file name's part (which worker wrote a shard)."""
+    from distributed import get_worker
+    try:
+        name = str(get_worker().name)
+    except ValueError:  # (not on a worker)
+        name = "client"
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name)[:40]
 
 
 def _remove(store: Path) -> None:
