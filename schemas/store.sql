@@ -349,7 +349,9 @@ CREATE TABLE IF NOT EXISTS runs (
     tshark_version  VARCHAR,
     python_version  VARCHAR NOT NULL,
     output_dir      VARCHAR NOT NULL,
-    pcap_path       VARCHAR
+    pcap_path       VARCHAR,
+    -- scan --cluster (schema version 9): the vantage point the run's shard was probed from
+    vantage         VARCHAR
 );
 
 CREATE TABLE IF NOT EXISTS probes (
@@ -412,6 +414,8 @@ CREATE TABLE IF NOT EXISTS probes (
     resumed_response_bytes BIGINT,
     amplification_factor DOUBLE,
     server_waited_for_validation BOOLEAN,
+    -- scan --cluster (schema version 9)
+    vantage             VARCHAR,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 
