@@ -377,8 +377,19 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
               help="Ingest qlog files batch by batch while probing (default: once probing ends, "
                    "so that ingest does not take CPU from the probes).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--cluster", metavar="ADDRESS|local:N",
+              help="Scan from the workers of a Dask cluster, each a vantage point probing its shard of "
+                   "the list (docs/cluster.md).")
+@click.option("--vantage", "vantage_values", multiple=True, metavar="NAME=WORKER",
+              help="With --cluster: a vantage point and its worker (its --name or address; repeatable); "
+                   "default: every registered worker, named by its worker name.")
+@click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
+              help="With --cluster: folder for the vantages' stores, seen by workers and this machine at "
+                   "the same path  [default: DB.shards beside the store].")
+@click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="With --cluster: how long to wait for the scheduler and the workers.")
 @click.pass_context
-def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
+def scan(ctx, list_path, quiet, resolve_values, shard_value, cluster, vantage_values, shards, wait_s, **given):
     """Probe every target of LIST over QUIC v1 + HTTP/3 and store each probe.
 
     LIST is a Tranco list (rank,domain CSV, also zipped), a plain list (one name a line) or a
@@ -394,6 +405,8 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
                              parse_shard(shard_value))
     except QuicackError as e:
         fail(e)
+    if cluster is not None:
+        _cluster_scan(opts, quiet, cluster, vantage_values, shards, wait_s)
     with ScanBar(not quiet and console().is_terminal, lambda line: click.echo(line, err=True)) as bar:
         try:
             summary = scanner.scan(opts, on_progress=bar.on_progress, on_start=bar.on_start)
@@ -413,6 +426,31 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
         click.echo("interrupted: re-run the same command to resume", err=True)
         sys.exit(130)
     sys.exit(1 if summary.ingest_failures else 0)
+
+
+def _cluster_scan(opts: ScanOptions, quiet: bool, cluster: str, vantage_values, shards, wait_s) -> None:
+    from quicack.cluster import vantages
+    from quicack.terminal import ScanBar
+
+    def started(results) -> None:
+        click.echo(f"run {opts.run or Path(opts.list_path).stem!r} from {len(results)} vantage points: " +
+                   ", ".join(f"{r.name} (shard {r.shard}, {r.worker})" for r in results), err=True)
+
+    with ScanBar(not quiet and console().is_terminal, lambda line: click.echo(line, err=True)) as bar:
+        try:
+            results = vantages.scan(opts, cluster, vantages.parse_vantages(list(vantage_values)), shards, wait_s,
+                                    on_progress=bar.on_progress, on_start=started)
+        except QuicackError as e:
+            fail(e)
+    for r in results:
+        click.echo(f"vantage {r.name}: {r.probes} probes in {opts.db}; outcomes: " +
+                   (", ".join(f"{k} {v}" for k, v in r.outcomes.items()) or "none"))
+        for failure in r.ingest_failures:
+            click.echo(f"error: vantage {r.name}: {failure}", err=True)
+        if r.error:
+            click.echo(f"error: vantage {r.name}: {r.error}; its probes so far are kept: re-run the same "
+                       "command to resume", err=True)
+    sys.exit(1 if any(r.error or r.ingest_failures for r in results) else 0)
 
 
 @main.command()
