@@ -87,3 +87,25 @@ def test_a_vantage_worker_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
     con = duckdb.connect(str(tmp_path / "scan.duckdb"), read_only=True)
     resumed = dict(con.execute("SELECT vantage, len(resumed_at) FROM runs").fetchall())
     assert resumed == {"hamburg": 1, "sao-paulo": 0}  # hamburg resumed its own store; sao-paulo ran once
+
+
+def test_a_client_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
+    arguments = _arguments(tmp_path, servers, 8, "-n", "3", "--spacing-s", "0.3", "--concurrency", "2",
+                           "--shards", str(tmp_path / "shards"))
+    with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
+        vantage = ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
+        run = subprocess.Popen([sys.executable, "-m", "quicack", *arguments, *vantage], cwd=REPO, env=_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        progress = tmp_path / "shards" / "list" / "hamburg.progress.json"
+        deadline = time.monotonic() + 120
+        while not (progress.exists() and json.loads(progress.read_text())["done"] >= 2):
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
+        run.kill()
+        run.wait()
+        assert json.loads(progress.read_text())["done"] < 12
+        assert not (tmp_path / "scan.duckdb").exists() or _probes(tmp_path) == []  # nothing was appended yet
+        again = quicack(*arguments, *vantage)
+    assert again.returncode == 0, again.stderr
+    assert "vantage hamburg: 12 probes" in again.stdout and "vantage sao-paulo: 12 probes" in again.stdout
+    _each_once_with_its_vantage(_probes(tmp_path), 8, 3)
