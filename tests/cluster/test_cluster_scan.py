@@ -14,7 +14,9 @@ import pytest
 from dask_cluster import REPO, DaskCluster, _env, quicack
 from servers import Servers
 
-LISTENERS = [("wfc", 0), ("iack", 5), ("wfc", 5), ("iack", 0)]
+#: site i answers from listener i % 4: the even sites (vantage hamburg) wait for the certificate,
+#: the odd ones (vantage sao-paulo) acknowledge instantly
+LISTENERS = [("wfc", 0), ("iack", 10), ("wfc", 10), ("iack", 10)]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,30 @@ def test_two_vantage_workers_probe_every_target_and_repetition_once(tmp_path, se
     probes = _probes(tmp_path)
     _each_once_with_its_vantage(probes, 8, 2)
     assert all(joined for *_, joined in probes)  # every probe's qlog ingested, joined to its connection
+    _the_report_compares_the_vantages(tmp_path)
+
+
+def _the_report_compares_the_vantages(tmp_path):
+    from quicack.report import scans, vantages
+    from quicack.store.database import Store
+    written = quicack("report", "--db", str(tmp_path / "scan.duckdb"), "--out", str(tmp_path / "r.html"))
+    assert written.returncode == 0, written.stderr
+    assert 'id="scan-vantages"' in (tmp_path / "r.html").read_text()
+    with Store(tmp_path / "scan.duckdb", read_only=True) as store:
+        classes = store.con.execute("SELECT p.vantage, c.handshake_class, c.ack_sh_gap_ms FROM probes p "
+                                    "JOIN connections c USING (connection_id)").fetchall()
+        scans._providers(store)
+        table = {(r["vantage"], r["provider"]): r for r in vantages.vantage_table(store).to_dicts()}
+    assert set(table) == {("hamburg", "local"), ("hamburg", "all"), ("sao-paulo", "local"), ("sao-paulo", "all")}
+    for vantage in ("hamburg", "sao-paulo"):
+        mine = [(k, gap) for v, k, gap in classes if v == vantage]
+        iack_gaps = sorted(gap for k, gap in mine if k in ("iack", "iack_ping"))
+        row = table[(vantage, "all")]
+        assert row["probes"] == row["classified"] == len(mine) == 8
+        assert row["iack_pct"] == pytest.approx(100.0 * len(iack_gaps) / len(mine))
+        if iack_gaps:
+            assert row["median_iack_gap_ms"] == pytest.approx((iack_gaps[3] + iack_gaps[4]) / 2)
+    assert table[("hamburg", "all")]["iack_pct"] == 0.0 and table[("sao-paulo", "all")]["iack_pct"] == 100.0
 
 
 def test_a_vantage_worker_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
