@@ -1,17 +1,20 @@
-"""`quicack analyze --cluster`: each file ingested by a Dask worker into a shard, shards combined.
+"""`quicack analyze --cluster`: files ingested by Dask workers into shards, shards combined.
 
-Theory of operation: the client expands the paths as a local analyze does and submits one task
-per file (:func:`ingest_shard`).  A task ingests its file into a new store of its own in the run's
-shard folder, named ``NNNNNNN-<worker>-<token>.partial.duckdb`` while it is written and renamed
-to ``NNNNNNN-<worker>-<token>.duckdb`` only once the store is closed; the task returns that name.  A worker
-killed mid-file leaves a ``.partial`` store no one names, and Dask runs the task again on
-another worker under a new token, so a half-written shard is never combined.  The client appends
-the finished shards to ``--db`` in the order of the files (:func:`quicack.store.merge.append`,
-keys renumbered), so a store made through the cluster numbers its files and connections as a
-local ingest of the same files does; each append is one transaction, and the shard is deleted
-after it.  A file the store already holds (same SHA-256, analysis version and key log) is
-unchanged, as locally: workers skip qlogs whose SHA-256 the store held at the start, and the
-client checks every shard before appending it (:meth:`quicack.store.transaction.Ingest.held`).
+Theory of operation: the client expands the paths as a local analyze does and cuts the files into
+batches — consecutive small qlogs (up to :data:`BATCH_FILES` files and :data:`BATCH_BYTES`) share
+one, a capture or a larger qlog has its own — and submits one task per batch
+(:func:`ingest_shard`).  A task ingests its files, each in its own transaction as locally, into a
+new store of its own in the run's shard folder, named ``NNNNNNN-<worker>-<token>.partial.duckdb``
+while it is written and renamed to ``NNNNNNN-<worker>-<token>.duckdb`` only once the store is
+closed; the task returns that name.  A worker killed mid-batch leaves a ``.partial`` store no one
+names, and Dask runs the task again on another worker under a new token, so a half-written shard
+is never combined.  The client appends the finished shards to ``--db`` in the order of the files
+(:func:`quicack.store.merge.append`, keys renumbered), so a store made through the cluster numbers
+its files and connections as ``quicack analyze --jobs 1`` of the same files does; each append is
+one transaction, and the shard is deleted after it.  A file the store already holds (same SHA-256,
+analysis version and key log) is unchanged, as locally: workers skip qlogs whose SHA-256 the store
+held at the start, and the client checks every file of a shard before appending it
+(:meth:`quicack.store.transaction.Ingest.held`), taking a held file's rows out of the shard.
 
 Input files and the shard folder must be visible to the workers and to the client under the same
 paths (one machine, or a shared file system); the combine step runs where ``--db`` is.
@@ -30,6 +33,14 @@ from pathlib import Path
 from quicack.cluster import connection
 from quicack.model import FileResult, QuicackError, Summary
 
+#: Small qlogs per task at most, and their bytes: a task's fixed cost (a store opened, closed and
+#: appended: ~0.2 s) is shared by its files.
+BATCH_FILES = 16
+BATCH_BYTES = 4 << 20
+
+#: What a task returns: each file's (result, SHA-256), and the shard (None when nothing was stored).
+Outcome = tuple[list[tuple[FileResult, str | None]], str | None]
+
 
 def shard_folder(db: str | Path, shards: str | Path | None) -> Path:
     """This run's own folder under ``shards`` (default: ``<db>.shards`` beside the store)."""
@@ -37,35 +48,66 @@ def shard_folder(db: str | Path, shards: str | Path | None) -> Path:
     return (base / uuid.uuid4().hex[:12]).resolve()
 
 
-def ingest_shard(path: str, folder: str, index: int, reanalyze: bool, keylog: str | None,
-                 quic_ports: tuple[int, ...], known: frozenset[str]) -> tuple[FileResult, str | None, str | None]:
-    """On a worker: ingest ``path`` into a shard store of its own; (result, shard, SHA-256).  The
-    shard is None when nothing was stored (refused, or a qlog whose SHA-256 is in ``known``)."""
-    from quicack.pcap import source
+def batches(files: list[tuple[int, Path]]) -> list[list[tuple[int, Path]]]:
+    """Consecutive small qlogs grouped (:data:`BATCH_FILES`, :data:`BATCH_BYTES`); others alone."""
+    from quicack.store.ingest import small_qlog
+    out: list[list[tuple[int, Path]]] = []
+    size, grouping = 0, False
+    for i, path in files:
+        n = path.stat().st_size if small_qlog(path) else None
+        if n is not None and grouping and len(out[-1]) < BATCH_FILES and size + n <= BATCH_BYTES:
+            out[-1].append((i, path))
+            size += n
+        else:
+            out.append([(i, path)])
+            size, grouping = n or 0, n is not None
+    return out
+
+
+def ingest_shard(batch: list[tuple[int, str]], folder: str, reanalyze: bool, keylog: str | None,
+                 quic_ports: tuple[int, ...], known: frozenset[str]) -> Outcome:
+    """On a worker: ingest the batch's files into a shard store of its own.  A qlog whose SHA-256
+    is in ``known`` is unchanged without being read again."""
     from quicack.store.database import Store
-    if known and not reanalyze and not source.is_capture(Path(path)):
-        try:
-            with open(path, "rb") as f:
-                digest = hashlib.file_digest(f, "sha256").hexdigest()
-        except OSError:
-            digest = None  # (the ingest says why)
-        if digest in known:
-            return FileResult(path, "unchanged"), None, digest
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    stem = f"{index:07d}-{_worker_name()}-{uuid.uuid4().hex[:8]}"
+    results: list[tuple[FileResult, str | None]] = []
+    stem = f"{batch[0][0]:07d}-{_worker_name()}-{uuid.uuid4().hex[:8]}"
     partial = Path(folder) / f"{stem}.partial.duckdb"
-    with Store(partial) as store:
-        result = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=tuple(quic_ports))
-        digest = None
-        if result.file_id is not None:
-            digest = store.con.execute("SELECT content_sha256 FROM files WHERE file_id = ?",
-                                       [result.file_id]).fetchall()[0][0]
-    if result.status != "ingested":
+    store = None
+    try:
+        for _, path in batch:
+            digest = _known(path, known, reanalyze)
+            if digest:
+                results.append((FileResult(path, "unchanged"), digest))
+                continue
+            if store is None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                store = Store(partial)
+            result = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=tuple(quic_ports))
+            digest = None if result.file_id is None else store.con.execute(
+                "SELECT content_sha256 FROM files WHERE file_id = ?", [result.file_id]).fetchall()[0][0]
+            results.append((result, digest))
+    finally:
+        if store is not None:
+            store.close()
+    if not any(r.status == "ingested" for r, _ in results):
         _remove(partial)
-        return result, None, digest
+        return results, None
     final = partial.with_name(f"{stem}.duckdb")
     os.replace(partial, final)
-    return result, str(final), digest
+    return results, str(final)
+
+
+def _known(path: str, known: frozenset[str], reanalyze: bool) -> str | None:
+    """The qlog's SHA-256 if it is in ``known``, else None."""
+    from quicack.pcap import source
+    if not known or reanalyze or source.is_capture(Path(path)):
+        return None
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None  # (the ingest says why)
+    return digest if digest in known else None
 
 
 def _worker_name() -> str:
@@ -101,20 +143,20 @@ def analyze(paths: Iterable[str | Path], db: str | Path, cluster: str, reanalyze
         with Store(db) as store, connection.client(cluster, timeout_s=timeout_s) as client:
             known = _known_digests(store, reanalyze)
             shared = client.scatter(known, broadcast=True) if known else frozenset()
-            futures = {client.submit(ingest_shard, str(p.absolute()), str(folder), i, reanalyze,
-                                     str(keylog) if keylog else None, tuple(quic_ports), shared,
-                                     key=f"quicack-ingest-{folder.name}-{i}", pure=False): (i, p)
-                       for i, p in files}
-            results = _combine(store, dask, client, futures, [i for i, _ in files], reanalyze, keylog, progress)
+            futures = {client.submit(ingest_shard, [(i, str(p.absolute())) for i, p in batch], str(folder),
+                                     reanalyze, str(keylog) if keylog else None, tuple(quic_ports), shared,
+                                     key=f"quicack-ingest-{folder.name}-{batch[0][0]}", pure=False): batch
+                       for batch in batches(files)}
+            results = _combine(store, dask.as_completed(list(futures), loop=client.loop), futures, reanalyze,
+                               keylog, progress)
             summary.files.extend(special.get(i) or results[i] for i in range(len(named)))
             if summary.file_ids:
                 summary.handshake_classes = store.handshake_class_rows(summary.file_ids)
             summary.store_unused_bytes = store.unused_bytes()
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # (with the .partial stores of killed workers)
-        with_parent = folder.parent
-        if with_parent.is_dir() and not any(with_parent.iterdir()):
-            with_parent.rmdir()
+        if folder.parent.is_dir() and not any(folder.parent.iterdir()):
+            folder.parent.rmdir()
     return summary
 
 
@@ -127,50 +169,68 @@ def _known_digests(store, reanalyze: bool) -> frozenset[str]:
         "SELECT content_sha256 FROM files WHERE analysis_version = ?", [ANALYSIS_VERSION]).fetchall())
 
 
-def _combine(store, dask, client, futures: dict, order: list[int], reanalyze: bool, keylog,
+def _combine(store, completed, futures: dict, reanalyze: bool, keylog,
              progress: Callable[[Path, int], None] | None) -> dict[int, FileResult]:
     """Append the shards to ``store`` in file order as their tasks finish; results by index."""
-    from quicack.store.merge import append
-    from quicack.store.transaction import Ingest
-    path_of = {i: p for i, p in futures.values()}
-    done: dict[int, tuple] = {}
+    order = sorted(futures, key=lambda f: futures[f][0][0])
+    done: dict[object, Outcome] = {}
     results: dict[int, FileResult] = {}
     position = 0
-    for future in dask.as_completed(list(futures), loop=client.loop):
-        index, path = futures[future]
-        done[index] = _outcome(future, path)
+    for future in completed:
+        done[future] = _outcome(future, futures[future])
         while position < len(order) and order[position] in done:
-            i = order[position]
-            result, shard, digest = done.pop(i)
-            if shard is not None:
-                held = Ingest(store.con).held(result.path, digest, reanalyze, keylog)
-                if held is None:
-                    append(store, shard)
-                    result.file_id = store.con.execute(
-                        "SELECT max(file_id) FROM files WHERE content_sha256 = ?", [digest]).fetchall()[0][0]
-                else:
-                    result = held
-                _remove(Path(shard))
-            elif result.status == "unchanged":
-                result.file_id = store.con.execute(
-                    "SELECT min(file_id) FROM files WHERE content_sha256 = ?", [digest]).fetchall()[0][0]
-            result.path = str(path_of[i])  # (as given; the workers read the absolute path)
-            results[i] = result
+            batch = futures[order[position]]
+            outcome = done.pop(order[position])
+            for (i, path), result in zip(batch, _append_shard(store, outcome, reanalyze, keylog)):
+                result.path = str(path)  # (as given; the workers read the absolute path)
+                results[i] = result
+                if progress:
+                    progress(path, _size(path))
             position += 1
-            if progress:
-                progress(path_of[i], _size(path_of[i]))
     return results
 
 
-def _outcome(future, path: Path) -> tuple[FileResult, str | None, str | None]:
-    """A task's (result, shard, SHA-256); a task that raised (a bug, or a file that killed its
-    workers again and again) refuses its file."""
+def _append_shard(store, outcome: Outcome, reanalyze: bool, keylog) -> list[FileResult]:
+    """Append one task's shard (less the files ``store`` holds already); its files' results with
+    their ``file_id`` in ``store``."""
+    import duckdb
+
+    from quicack.store.merge import append
+    from quicack.store.transaction import Ingest
+    pairs, shard = outcome
+    if shard is not None:
+        held = {}
+        for k, (result, digest) in enumerate(pairs):
+            if result.status == "ingested":
+                found = Ingest(store.con).held(result.path, digest, reanalyze, keylog)
+                if found is not None:
+                    held[k] = found
+        if held:  # (the same bytes twice among the files, or ingested meanwhile)
+            con = duckdb.connect(shard)
+            try:
+                Ingest(con).delete_files([pairs[k][0].file_id for k in held])
+            finally:
+                con.close()
+        append(store, shard)
+        _remove(Path(shard))
+        pairs = [(held.get(k, result), digest) for k, (result, digest) in enumerate(pairs)]
+    for result, digest in pairs:
+        if digest is not None:
+            result.file_id = store.con.execute("SELECT max(file_id) FROM files WHERE content_sha256 = ?",
+                                               [digest]).fetchall()[0][0]
+    return [result for result, _ in pairs]
+
+
+def _outcome(future, batch: list[tuple[int, Path]]) -> Outcome:
+    """A task's outcome; a task that raised (a bug, or files that killed their workers again and
+    again) refuses its files."""
     try:
         return future.result()
     except Exception as e:
         text = str(e).splitlines()[0] if str(e) else ""
-        return FileResult(str(path), "refused", error=str(QuicackError(
-            f"the cluster could not ingest it: {type(e).__name__}: {text}", str(path)))), None, None
+        return [(FileResult(str(path), "refused", error=str(QuicackError(
+            f"the cluster could not ingest it: {type(e).__name__}: {text}", str(path)))), None)
+            for _, path in batch], None
 
 
 def _size(path: Path) -> int:

@@ -121,7 +121,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
 
         with Store(db) as store:
             results: dict[int, object] = {}
-            small = [i for i, path in enumerate(files) if _parallel(path)] if jobs > 1 else []
+            small = [i for i, path in enumerate(files) if small_qlog(path)] if jobs > 1 else []
             if len(small) > 1:
                 results.update(zip(small, store.ingest_many([files[i] for i in small], jobs, reanalyze,
                                                             progress)))
@@ -143,7 +143,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     return summary
 
 
-def _parallel(path: Path) -> bool:
+def small_qlog(path: Path) -> bool:
     try:
         return not source.is_capture(path) and path.stat().st_size <= PARALLEL_BYTES
     except OSError:

@@ -95,3 +95,26 @@ def test_without_dask_the_command_says_how_to_get_it(tmp_path, monkeypatch):
     assert done.output == ("error: --cluster needs Dask distributed, which is not installed: "
                            "pip install 'quicack[cluster]'\n")
     assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_the_same_bytes_twice_are_stored_once_as_locally(tmp_path):
+    """Files of equal bytes in one task's batch and in two tasks' batches: the later ones are
+    unchanged, as in a local analyze (through local:2, a LocalCluster of two processes)."""
+    traces = _distinct_traces(tmp_path / "traces", 20)
+    for copy, original in ((6, 5), (19, 2)):  # (a batch holds 16 small qlogs: 5 and 6 share one, 2 and 19 not)
+        traces[copy].write_bytes(traces[original].read_bytes())
+    through = quicack("analyze", str(tmp_path / "traces"), "--db", str(tmp_path / "cluster.duckdb"), "--cluster",
+                      "local:2", "-q")
+    local = quicack("analyze", str(tmp_path / "traces"), "--db", str(tmp_path / "local.duckdb"), "-q", "-j", "1")
+    assert through.returncode == local.returncode == 0, through.stderr
+    assert "files: 20 (18 ingested, 2 unchanged, 0 refused)" in local.stdout
+    assert through.stdout.replace("cluster.duckdb", "local.duckdb") == local.stdout
+    assert different_rows(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb") == {}
+    # --reanalyze: each file read again, the rows of an earlier copy of its bytes replaced
+    again = quicack("analyze", str(tmp_path / "traces"), "--db", str(tmp_path / "cluster.duckdb"), "--cluster",
+                    "local:2", "-q", "--reanalyze")
+    local_again = quicack("analyze", str(tmp_path / "traces"), "--db", str(tmp_path / "local.duckdb"), "-q", "-j", "1",
+                          "--reanalyze")
+    assert "files: 20 (20 ingested, 0 unchanged, 0 refused)" in local_again.stdout
+    assert again.stdout.replace("cluster.duckdb", "local.duckdb") == local_again.stdout, again.stderr
+    assert different_rows(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb") == {}
