@@ -80,7 +80,11 @@ def measure(folder: Path, workdir: Path, workers: int | None) -> float:
         for p in reversed(procs):
             p.terminate()
         for p in procs:
-            p.wait()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:  # (a worker can hang closing once its scheduler is gone)
+                p.kill()
+                p.wait()
     return json.loads(run.stdout.strip().splitlines()[-1])["wall_s"]
 
 

@@ -87,6 +87,16 @@ def _print_summary(summary: Summary, db: str) -> None:
         click.echo(line)
 
 
+def _cluster_options(whose: str):
+    """--shards and --cluster-wait-s, shared by analyze and scan."""
+    shards = click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
+                          help=f"With --cluster: folder for the {whose} stores, seen by workers and this "
+                               "machine at the same path  [default: DB.shards beside the store].")
+    wait = click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0,
+                        show_default=True, help="With --cluster: how long to wait for the scheduler and the workers.")
+    return lambda command: shards(wait(command))
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @DB_OPTION
@@ -105,11 +115,7 @@ def _print_summary(summary: Summary, db: str) -> None:
 @click.option("--cluster", metavar="ADDRESS|local:N",
               help="Ingest on a Dask cluster: a scheduler's address (tcp://host:8786), or local:N "
                    "worker processes on this machine (pip install 'quicack[cluster]'; docs/cluster.md).")
-@click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
-              help="With --cluster: folder for the workers' stores, seen by workers and this machine "
-                   "at the same path  [default: DB.shards beside the store].")
-@click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="With --cluster: how long to wait for the scheduler and a first worker.")
+@_cluster_options("workers'")
 def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, cluster, shards, wait_s):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
@@ -383,11 +389,7 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
 @click.option("--vantage", "vantage_values", multiple=True, metavar="NAME=WORKER",
               help="With --cluster: a vantage point and its worker (its --name or address; repeatable); "
                    "default: every registered worker, named by its worker name.")
-@click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
-              help="With --cluster: folder for the vantages' stores, seen by workers and this machine at "
-                   "the same path  [default: DB.shards beside the store].")
-@click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="With --cluster: how long to wait for the scheduler and the workers.")
+@_cluster_options("vantages'")
 @click.pass_context
 def scan(ctx, list_path, quiet, resolve_values, shard_value, cluster, vantage_values, shards, wait_s, **given):
     """Probe every target of LIST over QUIC v1 + HTTP/3 and store each probe.

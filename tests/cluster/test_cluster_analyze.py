@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from dask_cluster import REPO, DaskCluster, _env, different_rows, quicack
@@ -87,10 +88,12 @@ def test_no_scheduler_is_one_clear_line(tmp_path):
     assert done.stderr.endswith("): start one with `dask scheduler`\n") and done.stderr.count("\n") == 1
 
 
-def test_without_dask_the_command_says_how_to_get_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("command", ["analyze", "scan"])
+def test_without_dask_the_command_says_how_to_get_it(tmp_path, monkeypatch, command):
     monkeypatch.setitem(sys.modules, "distributed", None)  # (import distributed raises ImportError)
-    done = CliRunner().invoke(cli.main, ["analyze", str(DATA / "careful-resume"), "--db", str(tmp_path / "c.duckdb"),
-                                         "--cluster", "local:2"])
+    (tmp_path / "list.txt").write_text("a.test\n")
+    source = str(DATA / "careful-resume") if command == "analyze" else str(tmp_path / "list.txt")
+    done = CliRunner().invoke(cli.main, [command, source, "--db", str(tmp_path / "c.duckdb"), "--cluster", "local:2"])
     assert done.exit_code == 1
     assert done.output == ("error: --cluster needs Dask distributed, which is not installed: "
                            "pip install 'quicack[cluster]'\n")

@@ -85,18 +85,25 @@ def _the_report_compares_the_vantages(tmp_path):
     assert table[("hamburg", "all")]["iack_pct"] == 0.0 and table[("sao-paulo", "all")]["iack_pct"] == 100.0
 
 
+def _started(tmp_path, arguments: list[str]) -> tuple[subprocess.Popen, object]:
+    """The scan started in a child process, once vantage hamburg has stored two probes; and the
+    path of hamburg's progress file."""
+    run = subprocess.Popen([sys.executable, "-m", "quicack", *arguments], cwd=REPO, env=_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress = tmp_path / "shards" / "list" / "hamburg.progress.json"
+    deadline = time.monotonic() + 120
+    while not (progress.exists() and json.loads(progress.read_text())["done"] >= 2):
+        assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+        time.sleep(0.05)
+    return run, progress
+
+
 def test_a_vantage_worker_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
     arguments = _arguments(tmp_path, servers, 12, "-n", "3", "--spacing-s", "0.3", "--concurrency", "2",
                            "--shards", str(tmp_path / "shards"))
     with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
         vantage = ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
-        run = subprocess.Popen([sys.executable, "-m", "quicack", *arguments, *vantage], cwd=REPO, env=_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        progress = tmp_path / "shards" / "list" / "hamburg.progress.json"
-        deadline = time.monotonic() + 120
-        while not (progress.exists() and json.loads(progress.read_text())["done"] >= 2):
-            assert time.monotonic() < deadline and run.poll() is None, run.communicate()
-            time.sleep(0.05)
+        run, progress = _started(tmp_path, [*arguments, *vantage])
         cluster.kill("w1")
         out, err = run.communicate(timeout=300)
         assert run.returncode == 1
@@ -120,13 +127,7 @@ def test_a_client_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
                            "--shards", str(tmp_path / "shards"))
     with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
         vantage = ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
-        run = subprocess.Popen([sys.executable, "-m", "quicack", *arguments, *vantage], cwd=REPO, env=_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        progress = tmp_path / "shards" / "list" / "hamburg.progress.json"
-        deadline = time.monotonic() + 120
-        while not (progress.exists() and json.loads(progress.read_text())["done"] >= 2):
-            assert time.monotonic() < deadline and run.poll() is None
-            time.sleep(0.05)
+        run, progress = _started(tmp_path, [*arguments, *vantage])
         run.kill()
         run.wait()
         assert json.loads(progress.read_text())["done"] < 12
@@ -135,3 +136,11 @@ def test_a_client_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
     assert again.returncode == 0, again.stderr
     assert "vantage hamburg: 12 probes" in again.stdout and "vantage sao-paulo: 12 probes" in again.stdout
     _each_once_with_its_vantage(_probes(tmp_path), 8, 3)
+
+
+def test_a_vantage_naming_no_registered_worker_is_one_clear_line(tmp_path, servers):
+    done = quicack(*_arguments(tmp_path, servers, 2, "--cluster", "local:2", "--vantage", "hamburg=vp-ham"))
+    assert done.returncode == 1
+    assert done.stderr == ("error: vantage 'hamburg': no worker named or at 'vp-ham' is registered "
+                                            "(workers: 0, 1)\n")
+    assert not (tmp_path / "scan.duckdb").exists()
