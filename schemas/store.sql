@@ -1,4 +1,4 @@
--- quicack store, schema version 5.
+-- quicack store, schema version 9.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 

@@ -54,7 +54,7 @@ def client(address: str, workers: int = 1, timeout_s: float = WORKER_TIMEOUT_S) 
     with contextlib.ExitStack() as stack:
         if n is not None:
             cluster = stack.enter_context(dask.LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                 silence_logs=logging.ERROR))
             address = cluster.scheduler_address
         try:
