@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -119,10 +120,11 @@ def scan(opts: ScanOptions, cluster: str, vantages: dict[str, str], shards: str 
         folder.mkdir(parents=True, exist_ok=True)
         futures = {}
         for r in todo:
-            futures[client.submit(scan_vantage, _shard_options(opts, folder, run, r, len(results)), str(folder / f"{r.name}.progress.json"),
-                                  workers=[r.worker], allow_other_workers=False, pure=False,
+            futures[client.submit(scan_vantage, _shard_options(opts, folder, run, r, len(results)),
+                                  str(folder / f"{_stem(r.name)}.progress.json"), workers=[r.worker],
+                                  allow_other_workers=False, pure=False,
                                   key=f"quicack-scan-{run}-{r.name}-{time.time_ns()}")] = r
-        _wait(client, futures, [folder / f"{r.name}.progress.json" for r in todo], on_progress)
+        _wait(client, futures, [folder / f"{_stem(r.name)}.progress.json" for r in todo], on_progress)
     _append(opts.db, run, folder, results)
     return results
 
@@ -133,12 +135,17 @@ def _shard_options(opts: ScanOptions, folder: Path, run: str, r: VantageResult, 
     absolute = {k: str(Path(getattr(opts, k)).resolve()) for k in ("list_path", "hosts_file", "exclude_file")
                 if getattr(opts, k)}
     if opts.out_dir:
-        absolute["out_dir"] = str((Path(opts.out_dir) / r.name).resolve())
+        absolute["out_dir"] = str((Path(opts.out_dir) / _stem(r.name)).resolve())
     if opts.pcap:
         pcap = Path(opts.pcap).resolve()
-        absolute["pcap"] = str(pcap.with_name(f"{pcap.stem}-{r.name}{pcap.suffix}"))
-    return dataclasses.replace(opts, db=str(folder / f"{r.name}.duckdb"), run=run,
+        absolute["pcap"] = str(pcap.with_name(f"{pcap.stem}-{_stem(r.name)}{pcap.suffix}"))
+    return dataclasses.replace(opts, db=str(folder / f"{_stem(r.name)}.duckdb"), run=run,
                                shard=(int(r.shard.split("/")[0]), n), vantage=r.name, workers=1, **absolute)
+
+
+def _stem(name: str) -> str:
+    """A vantage's name as a file name (a worker without --name is named by its address)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _chosen(vantages: dict[str, str], workers: dict[str, str]) -> dict[str, str]:
@@ -202,10 +209,10 @@ def _append(db: str, run: str, folder: Path, results: list[VantageResult]) -> No
     with Store(db) as store:
         for r in results:
             held = store.con.execute("SELECT 1 FROM runs WHERE name = ? AND shard = ?", [run, r.shard]).fetchall()
-            shard_db = folder / f"{r.name}.duckdb"
+            shard_db = folder / f"{_stem(r.name)}.duckdb"
             if not held and r.error is None and shard_db.exists():
                 append(store, shard_db)
-                for path in (shard_db, Path(f"{shard_db}.wal"), folder / f"{r.name}.progress.json"):
+                for path in (shard_db, Path(f"{shard_db}.wal"), folder / f"{_stem(r.name)}.progress.json"):
                     path.unlink(missing_ok=True)
             r.outcomes = dict(store.con.execute(
                 "SELECT p.outcome, count(*) FROM probes p JOIN runs r USING (run_id) WHERE r.name = ? "
