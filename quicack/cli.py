@@ -38,11 +38,17 @@ def main() -> None:
 
 
 def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | None = None,
-                 quic_ports: tuple[int, ...] = (), jobs: int | None = None, dissector: str = "native") -> Summary:
+                 quic_ports: tuple[int, ...] = (), jobs: int | None = None, dissector: str = "native",
+                 cluster: str | None = None, shards: str | None = None, wait_s: float = 60.0) -> Summary:
     from quicack.store import ingest  # light: tshark may start on a capture before DuckDB loads
 
     state = click.get_current_context().find_root().obj or {}
     early, state["dissection"] = state.get("dissection"), None  # (taken over by the ingest)
+    if cluster is not None:
+        if early is not None:
+            early.close()  # (the workers dissect)
+        return _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards, wait_s,
+                                    dissector)
     try:
         files = ingest.expand(paths)
     except QuicackError:
@@ -61,12 +67,36 @@ def _run_analyze(paths, db: str, reanalyze: bool, quiet: bool, keylog: str | Non
                               quic_ports=quic_ports, dissection=early, jobs=jobs, dissector=dissector)
 
 
+def _run_cluster_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, cluster, shards, wait_s,
+                         dissector) -> Summary:
+    from quicack.cluster import ingest as cluster_ingest
+    from quicack.store import ingest
+    total = sum(f.stat().st_size for f in ingest.expand(paths) if f.is_file())
+    arguments = dict(db=db, cluster=cluster, reanalyze=reanalyze, keylog=keylog, quic_ports=quic_ports,
+                     shards=shards, timeout_s=wait_s, dissector=dissector)
+    if quiet or not console().is_terminal:
+        return cluster_ingest.analyze(paths, **arguments)
+    from quicack.terminal import FileBar
+    with FileBar(total) as bar:
+        return cluster_ingest.analyze(paths, progress=bar.step, **arguments)
+
+
 def _print_summary(summary: Summary, db: str) -> None:
     from quicack.report import text
     for line in text.summary_problems(summary):
         click.echo(line, err=True)
     for line in text.summary_lines(summary, db):
         click.echo(line)
+
+
+def _cluster_options(whose: str):
+    """--shards and --cluster-wait-s, shared by analyze and scan."""
+    shards = click.option("--shards", type=click.Path(file_okay=False), metavar="DIR",
+                          help=f"With --cluster: folder for the {whose} stores, seen by workers and this "
+                               "machine at the same path  [default: DB.shards beside the store].")
+    wait = click.option("--cluster-wait-s", "wait_s", type=click.FloatRange(min=0.1), default=60.0,
+                        show_default=True, help="With --cluster: how long to wait for the scheduler and the workers.")
+    return lambda command: shards(wait(command))
 
 
 @main.command()
@@ -87,7 +117,11 @@ def _print_summary(summary: Summary, db: str) -> None:
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=None, metavar="N",
               help="Small qlog files (up to 4 MB) ingested at once, each in its own transaction; "
                    "default: one per core.")
-def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector):
+@click.option("--cluster", metavar="ADDRESS|local:N",
+              help="Ingest on a Dask cluster: a scheduler's address (tcp://host:8786), or local:N "
+                   "worker processes on this machine (pip install 'quicack[cluster]'; docs/cluster.md).")
+@_cluster_options("workers'")
+def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector, cluster, shards, wait_s):
     """Ingest qlog traces and packet captures (files or folders, searched recursively).
 
     Reads every qlog generation (draft-00 … main-schema) as JSON (.qlog/.json), JSON-SEQ (.sqlog)
@@ -99,7 +133,8 @@ def analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector):
     file was refused; the others are still stored.
     """
     try:
-        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector)
+        summary = _run_analyze(paths, db, reanalyze, quiet, keylog, quic_ports, jobs, dissector, cluster, shards,
+                               wait_s)
     except QuicackError as e:
         fail(e)
     _print_summary(summary, db)
@@ -364,8 +399,15 @@ def _scan_options(ctx: click.Context, list_path: str, given: dict, resolve: dict
               help="Ingest qlog files batch by batch while probing (default: once probing ends, "
                    "so that ingest does not take CPU from the probes).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--cluster", metavar="ADDRESS|local:N",
+              help="Scan from the workers of a Dask cluster, each a vantage point probing its shard of "
+                   "the list (docs/cluster.md).")
+@click.option("--vantage", "vantage_values", multiple=True, metavar="NAME=WORKER",
+              help="With --cluster: a vantage point and its worker (its --name or address; repeatable); "
+                   "default: every registered worker, named by its worker name.")
+@_cluster_options("vantages'")
 @click.pass_context
-def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
+def scan(ctx, list_path, quiet, resolve_values, shard_value, cluster, vantage_values, shards, wait_s, **given):
     """Probe every target of LIST over QUIC v1 + HTTP/3 and store each probe.
 
     LIST is a Tranco list (rank,domain CSV, also zipped), a plain list (one name a line) or a
@@ -381,6 +423,8 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
                              parse_shard(shard_value))
     except QuicackError as e:
         fail(e)
+    if cluster is not None:
+        _cluster_scan(opts, quiet, cluster, vantage_values, shards, wait_s)
     with ScanBar(not quiet and console().is_terminal, lambda line: click.echo(line, err=True)) as bar:
         try:
             summary = scanner.scan(opts, on_progress=bar.on_progress, on_start=bar.on_start)
@@ -400,6 +444,31 @@ def scan(ctx, list_path, quiet, resolve_values, shard_value, **given):
         click.echo("interrupted: re-run the same command to resume", err=True)
         sys.exit(130)
     sys.exit(1 if summary.ingest_failures else 0)
+
+
+def _cluster_scan(opts: ScanOptions, quiet: bool, cluster: str, vantage_values, shards, wait_s) -> None:
+    from quicack.cluster import vantages
+    from quicack.terminal import ScanBar
+
+    def started(results) -> None:
+        click.echo(f"run {opts.run or Path(opts.list_path).stem!r} from {len(results)} vantage points: " +
+                   ", ".join(f"{r.name} (shard {r.shard}, {r.worker})" for r in results), err=True)
+
+    with ScanBar(not quiet and console().is_terminal, lambda line: click.echo(line, err=True)) as bar:
+        try:
+            results = vantages.scan(opts, cluster, vantages.parse_vantages(list(vantage_values)), shards, wait_s,
+                                    on_progress=bar.on_progress, on_start=started)
+        except QuicackError as e:
+            fail(e)
+    for r in results:
+        click.echo(f"vantage {r.name}: {r.probes} probes in {opts.db}; outcomes: " +
+                   (", ".join(f"{k} {v}" for k, v in r.outcomes.items()) or "none"))
+        for failure in r.ingest_failures:
+            click.echo(f"error: vantage {r.name}: {failure}", err=True)
+        if r.error:
+            click.echo(f"error: vantage {r.name}: {r.error}; its probes so far are kept: re-run the same "
+                       "command to resume", err=True)
+    sys.exit(1 if any(r.error or r.ingest_failures for r in results) else 0)
 
 
 @main.command()

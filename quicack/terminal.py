@@ -94,5 +94,5 @@ class ScanBar:
             return
         elapsed = max(1e-6, time.monotonic() - self._started)
         label = "stopping (Ctrl-C again: now)" if p.stopping else "probing"
-        self._bar.update(self._task, completed=p.done, description=label,
+        self._bar.update(self._task, completed=p.done, total=p.total or None, description=label,
                          rate=f"{p.probed / elapsed:.0f} probes/s, {p.ingested} stored")

@@ -1,4 +1,4 @@
--- quicack store, schema version 5.
+-- quicack store, schema version 10.
 -- The single source of truth for the DuckDB tables; documented column by column in schemas/README.md.
 -- Units live in column names: *_ms milliseconds, *_bytes bytes, epoch_ms milliseconds since 1970-01-01 UTC.
 
@@ -351,7 +351,9 @@ CREATE TABLE IF NOT EXISTS runs (
     tshark_version  VARCHAR,
     python_version  VARCHAR NOT NULL,
     output_dir      VARCHAR NOT NULL,
-    pcap_path       VARCHAR
+    pcap_path       VARCHAR,
+    -- scan --cluster (schema version 10): the vantage point the run's shard was probed from
+    vantage         VARCHAR
 );
 
 CREATE TABLE IF NOT EXISTS probes (
@@ -419,6 +421,8 @@ CREATE TABLE IF NOT EXISTS probes (
     resumed_qlog_trace_index INTEGER,
     resumed_qlog_sha256 VARCHAR,
     resumed_connection_id BIGINT,
+    -- scan --cluster (schema version 10)
+    vantage             VARCHAR,
     PRIMARY KEY (run_id, target_index, repetition)
 );
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from quicack.report.page import CLASS_COLOURS, CLASS_ORDER, Page, cdf_figure, esc
 from quicack.report.provider import AsNames, attribute
+from quicack.report.vantages import vantage_section
 from quicack.store.database import Store
 from quicack.store.sqltext import quote
 
@@ -66,7 +67,7 @@ def scan_sections(store: Store, page: Page) -> None:
     """Write the scan sections (the store holds probes)."""
     _providers(store)
     page.section("scan", "Scan")
-    page.table(store.sql("""SELECT r.name AS run, r.shard, r.started_at, r.finished_at, count(p.run_id) AS probes,
+    page.table(store.sql("""SELECT r.name AS run, r.shard, r.vantage, r.started_at, r.finished_at, count(p.run_id) AS probes,
             count(DISTINCT p.domain) AS domains, r.repetitions, r.quicack_version, r.aioquic_version, r.host
         FROM runs r LEFT JOIN probes p USING (run_id) GROUP BY ALL ORDER BY r.started_at"""))
     outcomes = store.sql("""SELECT outcome, count(*) AS probes, 100.0 * count(*) / sum(count(*)) OVER () AS pct
@@ -79,6 +80,7 @@ def scan_sections(store: Store, page: Page) -> None:
     page.figure(fig, height=300)
     page.table(outcomes)
     _provider_table(store, page)
+    vantage_section(store, page)
     _server_headers(store, page)
     _gap_cdf(store, page)
     _delay_vs_gap(store, page)

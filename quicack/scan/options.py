@@ -74,6 +74,8 @@ class ScanOptions:
     #: by default the files are ingested once probing ends, so that ingest (classification and
     #: replay included) does not take CPU from the probes and bend their timing
     ingest_during: bool = False
+    #: the vantage point probing this shard (``scan --cluster``: a Dask worker), in every probe row
+    vantage: str | None = None
 
     def __post_init__(self) -> None:
         if self.alpn not in ALPNS:

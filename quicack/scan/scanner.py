@@ -100,7 +100,7 @@ def scan(opts: ScanOptions, on_progress: Callable[[Progress], None] | None = Non
             list_path=str(list_path), list_sha256=list_sha, targets=total_targets,
             repetitions=opts.repetitions, arguments=opts.record(), host=socket.gethostname(),
             versions=versions(), output_dir=str(out_dir),
-            pcap_path=str(pcap_path) if pcap_path else None)
+            pcap_path=str(pcap_path) if pcap_path else None, vantage=opts.vantage)
         stored = store.con.execute("SELECT count(*) FROM probes WHERE run_id = ?",
                                    [run_id]).fetchall()[0][0]
         progress = Progress(total=total_targets * opts.repetitions, done=stored)

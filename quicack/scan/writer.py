@@ -128,6 +128,7 @@ class Writer(threading.Thread):
         rows = []
         for row, _, keylog in batch:
             row["run_id"] = self.run_id
+            row["vantage"] = self.opts.vantage
             if keylog:
                 row["keylog_path"] = str(self.keylog_path)
             rows.append(row)

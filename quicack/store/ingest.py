@@ -73,7 +73,7 @@ def _in_folder(folder: Path, skipped: dict[str, int]) -> list[Path]:
     return sorted(found)
 
 
-def _not_regular(path: Path) -> FileResult | None:
+def not_regular(path: Path) -> FileResult | None:
     """The refusal of a file named directly that is not a regular one (a FIFO, /dev/zero, a link to
     either): reading it would never end.  None for a regular file."""
     from quicack.store.transaction import kind_of
@@ -109,7 +109,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     """
     summary = Summary()
     named = expand(paths, summary.skipped)
-    special = {i: refused for i, path in enumerate(named) if (refused := _not_regular(path)) is not None}
+    special = {i: refused for i, path in enumerate(named) if (refused := not_regular(path)) is not None}
     files = [path for i, path in enumerate(named) if i not in special]
     jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     quic_ports = tuple(quic_ports)
@@ -122,7 +122,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
 
         with Store(db) as store:
             results: dict[int, object] = {}
-            small = [i for i, path in enumerate(files) if _parallel(path)] if jobs > 1 else []
+            small = [i for i, path in enumerate(files) if small_qlog(path)] if jobs > 1 else []
             if len(small) > 1:
                 results.update(zip(small, store.ingest_many([files[i] for i in small], jobs, reanalyze,
                                                             progress)))
@@ -144,7 +144,7 @@ def analyze(paths: Iterable[str | Path], db: str | Path = "quicack.duckdb", rean
     return summary
 
 
-def _parallel(path: Path) -> bool:
+def small_qlog(path: Path) -> bool:
     try:
         return not source.is_capture(path) and path.stat().st_size <= PARALLEL_BYTES
     except OSError:

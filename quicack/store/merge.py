@@ -30,47 +30,64 @@ def merge(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
     """Append every source store to ``target`` (created if missing); rows added per table."""
     added: dict[str, int] = {}
     with Store(target) as store:
-        con = store.con
         for source in sources:
-            source = str(source)
-            if not Path(source).exists():
-                raise QuicackError("no such store", source)
-            if Path(source).resolve() == Path(store.path).resolve():
-                raise QuicackError("cannot merge a store into itself", source)
-            with Store(source, read_only=True) as src:
-                version = src._stored_version()
-            if version != SCHEMA_VERSION:
-                raise QuicackError(f"store has schema version {version}, this quicack writes "
-                                   f"{SCHEMA_VERSION}; open it with this quicack first", source)
-            con.execute(f"ATTACH {quote(source)} AS src (READ_ONLY)")
-            try:
-                clash = con.execute("SELECT s.name, s.shard FROM src.runs s JOIN runs r "
-                                    "USING (name, shard) LIMIT 1").fetchall()
-                if clash:
-                    raise QuicackError(f"run {clash[0][0]!r} shard {clash[0][1]!r} is already in "
-                                       f"{target}", source)
-                offsets = {k: con.execute(f"SELECT coalesce(max({k}), 0) FROM {t}").fetchall()[0][0]
-                           for k, t in KEYS.items()}
-                con.execute("BEGIN")
-                try:
-                    for table in table_names():
-                        if table == "store_meta":
-                            continue
-                        columns = [r[0] for r in con.execute(
-                            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
-                            "AND schema_name = 'main' AND table_name = ? ORDER BY column_index", [table]).fetchall()]
-                        key = {c: REFERENCES.get(c, c) for c in columns}
-                        select = ", ".join(f"{c} + {offsets[key[c]]}" if key[c] in KEYS else c
-                                           for c in columns)
-                        n = con.execute(f"INSERT INTO main.{table} ({', '.join(columns)}) "
-                                        f"SELECT {select} FROM src.{table}").fetchall()[0][0]
-                        added[table] = added.get(table, 0) + n
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-            except duckdb.Error as e:
-                raise QuicackError(f"cannot merge: {str(e).splitlines()[0]}", source) from None
-            finally:
-                con.execute("DETACH src")
+            for table, n in append(store, source).items():
+                added[table] = added.get(table, 0) + n
+    return added
+
+
+def append(store: Store, source: str | Path) -> dict[str, int]:
+    """Append one source store to the open ``store`` in one transaction; rows added per table.
+    The source is read through ``ATTACH`` only (no connection of its own: a cluster's combine
+    step appends thousands of small stores), and its empty tables are left out."""
+    source = str(source)
+    con = store.con
+    if not Path(source).exists():
+        raise QuicackError("no such store", source)
+    if Path(source).resolve() == Path(store.path).resolve():
+        raise QuicackError("cannot merge a store into itself", source)
+    added: dict[str, int] = {}
+    try:
+        con.execute(f"ATTACH {quote(source)} AS src (READ_ONLY)")
+    except duckdb.Error as e:
+        raise QuicackError(f"cannot merge: {str(e).splitlines()[0]}", source) from None
+    try:
+        tables = {t: n for t, n in con.execute(
+            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = 'src' "
+            "AND schema_name = 'main'").fetchall()}
+        if "store_meta" not in tables:
+            raise QuicackError("not a quicack store (no store_meta table)", source)
+        version = con.execute("SELECT max(value) FROM src.store_meta WHERE key = 'schema_version'").fetchall()[0][0]
+        if version != str(SCHEMA_VERSION):
+            raise QuicackError(f"store has schema version {version}, this quicack writes "
+                               f"{SCHEMA_VERSION}; open it with this quicack first", source)
+        clash = con.execute("SELECT s.name, s.shard FROM src.runs s JOIN runs r "
+                            "USING (name, shard) LIMIT 1").fetchall()
+        if clash:
+            raise QuicackError(f"run {clash[0][0]!r} shard {clash[0][1]!r} is already in "
+                               f"{store.path}", source)
+        offsets = {k: con.execute(f"SELECT coalesce(max({k}), 0) FROM {t}").fetchall()[0][0]
+                   for k, t in KEYS.items()}
+        columns: dict[str, list[str]] = {}
+        for table, column in con.execute(
+                "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() "
+                "AND schema_name = 'main' ORDER BY table_name, column_index").fetchall():
+            columns.setdefault(table, []).append(column)
+        con.execute("BEGIN")
+        try:
+            for table in table_names():
+                if table == "store_meta" or not tables.get(table):
+                    continue  # (estimated_size: the exact count of a table no transaction is changing)
+                key = {c: REFERENCES.get(c, c) for c in columns[table]}
+                select = ", ".join(f"{c} + {offsets[key[c]]}" if key[c] in KEYS else c for c in columns[table])
+                added[table] = con.execute(f"INSERT INTO main.{table} ({', '.join(columns[table])}) "
+                                           f"SELECT {select} FROM src.{table}").fetchall()[0][0]
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    except duckdb.Error as e:
+        raise QuicackError(f"cannot merge: {str(e).splitlines()[0]}", source) from None
+    finally:
+        con.execute("DETACH src")
     return added

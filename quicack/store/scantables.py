@@ -35,6 +35,7 @@ PROBE_COLUMNS = (
     "zero_rtt", "session_resumed", "resumed_outcome", "resumed_cid_tag", "resumed_handshake_ms",
     "resumed_ttfb_ms", "resumed_http_status", "resumed_response_bytes", "amplification_factor",
     "server_waited_for_validation", "resumed_qlog_path", "resumed_qlog_trace_index", "resumed_qlog_sha256",
+    "vantage",
 )
 
 #: Arguments whose change would change the set of (target, repetition) pairs of a run.
@@ -48,7 +49,7 @@ def _now() -> datetime:
 def open_run(con: duckdb.DuckDBPyConnection, *, name: str, shard: str, cid_run_tag: int,
              list_path: str | None, list_sha256: str | None, targets: int | None,
              repetitions: int, arguments: dict, host: str, versions: dict, output_dir: str,
-             pcap_path: str | None) -> tuple[int, bool]:
+             pcap_path: str | None, vantage: str | None = None) -> tuple[int, bool]:
     """(run_id, resumed).  Raises QuicackError if a run of that name describes other work."""
     found = con.execute("SELECT run_id, list_sha256, repetitions, arguments FROM runs "
                         "WHERE name = ? AND shard = ?", [name, shard]).fetchall()
@@ -65,10 +66,10 @@ def open_run(con: duckdb.DuckDBPyConnection, *, name: str, shard: str, cid_run_t
                     "WHERE run_id = ?", [_now(), run_id])
         return run_id, True
     run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchall()[0][0]
-    con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, [], NULL, ?, ?, ?, ?, ?, ?)", [
+    con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, [], NULL, ?, ?, ?, ?, ?, ?, ?)", [
         run_id, name, shard, cid_run_tag, list_path, list_sha256, targets, repetitions,
         json.dumps(arguments, sort_keys=True), host, _now(), versions["quicack"],
-        versions["aioquic"], versions.get("tshark"), versions["python"], output_dir, pcap_path])
+        versions["aioquic"], versions.get("tshark"), versions["python"], output_dir, pcap_path, vantage])
     return run_id, False
 
 

@@ -50,7 +50,8 @@ ANALYSIS_VERSION = 9
 #: 6 ``careful_resume_phases`` and ``testbed_runs.ttlb_ms`` (Careful Resume), 7 ``ack_policy_runs``
 #: (ACK-policy experiments), 8 ``datagrams``, ``address_validation`` and ``key_waits`` (issue 29),
 #: 9 ``testbed_runs``' resumption columns (``resumption``, ``zero_rtt``, ``full_ttfb_ms``, …).
-SCHEMA_VERSION = 9
+#: 10 ``runs.vantage`` and ``probes.vantage`` (scans on a Dask cluster, issue 32).
+SCHEMA_VERSION = 10
 
 #: Tables holding rows per connection, deleted together when a file is re-ingested.
 CONNECTION_TABLES = ("packets", "frames", "transport_parameters", "logged_metrics", "lost_packets",
@@ -99,12 +100,20 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition.replace(' NOT NULL', '')}")
 
 
+def add_vantage(con: duckdb.DuckDBPyConnection) -> None:
+    """9 → 10 (issue 32): the vantage point of a scan's runs and probes (NULL in older rows); a
+    store from before version 3 gets both tables, with the column, from the DDL."""
+    for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name IN ('runs', 'probes') "
+                                "AND NOT temporary").fetchall():
+        con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS vantage VARCHAR")
+
+
 #: Upgrades from an older schema version to the next one.
 #: 1 → 2: handshake classification and RFC 9002 replay columns on connections, table rtt_samples.
 #: 2 → 3: tables runs and probes (scans).  3 → 4: tables relay_runs and relay_datagrams.
 #: 4 → 5: table testbed_runs.  5 → 6: table careful_resume_phases, testbed_runs' Careful Resume
 #: columns.  6 → 7: table ack_policy_runs.  7 → 8: tables datagrams, address_validation, key_waits.
-#: 8 → 9: testbed_runs' resumption columns.
+#: 8 → 9: testbed_runs' resumption columns.  9 → 10: runs.vantage, probes.vantage (:func:`add_vantage`).
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_missing_columns,
                                                                     2: add_missing_columns,
                                                                     3: add_missing_columns,
@@ -112,4 +121,4 @@ MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: add_mis
                                                                     5: add_missing_columns,
                                                                     6: add_missing_columns,
                                                                     7: add_missing_columns,
-                                                                    8: add_missing_columns}
+                                                                    8: add_missing_columns, 9: add_vantage}

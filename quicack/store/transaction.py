@@ -268,6 +268,29 @@ class Ingest:
             results[i] = self.file(paths[i], reanalyze=reanalyze, progress=step(i))
         return results
 
+    def held(self, path: str | Path, digest: str, reanalyze: bool = False, keylog=None) -> FileResult | None:
+        """Before rows of ``path`` made elsewhere (a cluster worker's shard) are appended: the
+        result of a file this store already holds (unchanged), else None once the rows of an
+        earlier ingest of the same bytes are deleted (``reanalyze``, another analysis version)."""
+        path = Path(path)
+        held = self._unchanged(path, digest, reanalyze, keylog, source.is_capture(path))
+        if held is None:
+            self.delete_files([previous_id for previous_id, _ in self._previous(digest)])
+        return held
+
+    def delete_files(self, file_ids: list[int]) -> None:
+        """Delete these files and every row of theirs, in one transaction."""
+        if not file_ids:
+            return
+        self.con.execute("BEGIN")
+        try:
+            for file_id in file_ids:
+                self._delete_file(file_id)
+            self.con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
     def _unchanged(self, path: Path, digest: str, reanalyze: bool, keylog, is_capture: bool) -> FileResult | None:
         """The result for a file this analysis version already holds, else None."""
         previous = self._previous(digest)

@@ -522,3 +522,20 @@ def test_trace_error_entries(store, tmp_path):
     assert (result.status, result.packets) == ("ingested", 2)
     assert result.warnings == [f"{mixed}: trace 0 is an error entry: 'File could not be found'"]
     assert rows(store, "SELECT trace_index FROM connections") == [{"trace_index": 1}]
+
+
+def test_a_version_8_store_gets_the_vantage_columns(tmp_path):
+    db = tmp_path / "v8.duckdb"
+    Store(db).close()
+    con = duckdb.connect(str(db))
+    for table in ("runs", "probes"):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN vantage")
+    con.execute("UPDATE store_meta SET value = '8' WHERE key = 'schema_version'")
+    con.execute("INSERT INTO runs (run_id, name, shard, cid_run_tag, repetitions, arguments, host, started_at, "
+                "resumed_at, quicack_version, aioquic_version, python_version, output_dir) "
+                "VALUES (1, 'old', '', 7, 1, '{}', 'h', now()::TIMESTAMP, [], 'q', 'a', 'p', '/o')")
+    con.close()
+    with Store(db) as store:  # upgrade 8 → 9 happens here
+        assert rows(store, "SELECT name, vantage FROM runs") == [{"name": "old", "vantage": None}]
+        assert "vantage" in store.table("probes").columns
+        assert rows(store, "SELECT value FROM store_meta WHERE key = 'schema_version'") == [{"value": str(SCHEMA_VERSION)}]
