@@ -22,7 +22,7 @@ from __future__ import annotations
 import duckdb
 
 from quicack.core.ackdelay import decoded_ms_sql
-from quicack.pcap import connections
+from quicack.pcap import connections, nativepath
 from quicack.pcap.fields import PARAMETER_FIELDS
 from quicack.pcap.staging import StagedCapture
 
@@ -57,7 +57,7 @@ def normalize(con: duckdb.DuckDBPyConnection, file_id: int, first_connection_id:
     _insert_parameters(con)
     _insert_events(con)
     _insert_datagrams(con)
-    _insert_connections(con, file_id)
+    _insert_connections(con, file_id, staged)
     _insert_issues(con, file_id)
     malformed, gso = _insert_capture(con, file_id, staged)
     staged.warnings.extend(_warnings(con, staged, unsplit, malformed, gso))
@@ -145,12 +145,13 @@ def _insert_datagrams(con) -> None:
         GROUP BY ALL""")
 
 
-def _insert_connections(con, file_id: int) -> None:
-    """The connections and capture_connections tables."""
+def _insert_connections(con, file_id: int, staged: StagedCapture) -> None:
+    """The connections and capture_connections tables; the implementation is the reader."""
+    reader = "quicack-capture" if staged.tshark_version == nativepath.READER_VERSION else "tshark"
     con.execute(f"""INSERT INTO connections (connection_id, file_id, trace_index, group_id, vantage,
             flow, implementation, odcid, title, reference_epoch_ms, first_event_epoch_ms, duration_ms,
             events, quirks)
-        SELECT ck.connection_id, {file_id}, ck.trace_index, NULL, 'network', 'client', 'tshark',
+        SELECT ck.connection_id, {file_id}, ck.trace_index, NULL, 'network', 'client', '{reader}',
                od.odcid, sn.server_name, {_epoch_ms('c.first_ns')}, {_epoch_ms('c.first_ns')},
                (c.last_ns - c.first_ns) / 1e6, c.packets, []
         FROM ck JOIN cstart c USING (connection_id)

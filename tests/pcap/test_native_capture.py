@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The store's columns that describe the reader rather than the capture: its version, and the
 #: ports it had to decode as QUIC (tshark's heuristics miss short-header packets that the
 #: native reader ties to their connection; see docs/native-capture.md).
-READER_COLUMNS = {("capture_files", "tshark_version"), ("capture_files", "decode_as_ports")}
+READER_COLUMNS = {("capture_files", "tshark_version"), ("capture_files", "decode_as_ports"),
+                  ("connections", "implementation")}
 
 
 def _captures() -> list[Path]:
@@ -135,7 +136,9 @@ def test_analyze_reads_with_the_dissector_asked_for(tmp_path):
         assert out.exit_code == 0, out.output
         with Store(db, read_only=True) as store:
             stored = store.con.execute("SELECT tshark_version FROM capture_files").fetchall()[0][0]
+            readers = store.con.execute("SELECT DISTINCT implementation FROM connections").fetchall()
         assert (stored == "native") == (version == "native"), stored
+        assert readers == [("quicack-capture" if dissector == "native" else "tshark",)]
 
 
 def _ip_udp(payload: bytes) -> bytes:

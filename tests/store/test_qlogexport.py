@@ -103,4 +103,4 @@ def test_a_capture_exported_as_qlog_reads_back_as_the_same_network_view(tmp_path
         assert again.ingest(out).status == "ingested"
         assert (rows(again, PACKETS.format(cid=1)), rows(again, FIGURES.format(cid=1))) == before
         assert rows(again, "SELECT vantage, flow, implementation FROM connections") == who
-    assert who == [{"vantage": "network", "flow": "client", "implementation": "tshark"}]
+    assert who == [{"vantage": "network", "flow": "client", "implementation": "quicack-capture"}]  # (the reader)
