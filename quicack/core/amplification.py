@@ -17,7 +17,10 @@ The instant ACK *caused* the block when the budget it spent would have carried w
 waited to send (the packets with that data) or a full datagram.  The blocked period ends at
 the next client datagram (it raises the budget, or validates).  Times are the server's: a client's
 trace or a capture at the client's host is first put in the server's order by
-:func:`server_order` (each server datagram moved one RTT earlier).
+:func:`server_order` (each server datagram moved one RTT earlier).  Once the address is validated
+nothing more is counted; only a limit point still waiting for the server's next new bytes looks
+further, so :func:`prefix_budget` can tell from a connection's first datagrams that the rest
+would not change the result.
 
 RFC 9000 §8.1 (Address Validation during Connection Establishment) decides what counts:
 
@@ -122,6 +125,22 @@ estimate: the smallest RTT sample less its ACK delay)."""
 
 def replay_budget(datagrams: list[Datagram], token_validated: bool = False) -> Budget:
     """Walk ``datagrams`` (trace order) and account the server's budget (module docstring)."""
+    return _walk(datagrams, token_validated)[0]
+
+
+def prefix_budget(datagrams: list[Datagram], token_validated: bool = False) -> Budget | None:
+    """The budget from the first datagrams of a connection only (server order, a prefix of them all),
+    or None when the datagrams after them could still change it.  Once the address is validated
+    nothing counts any more (RFC 9000 §8.1: the limit applies "prior to validating the client
+    address"); only a limit point still waiting for the server's next new bytes (a block not yet
+    shown, or a request that clears it) looks further.  Without either, the rest cannot change
+    the result: it equals :func:`replay_budget` of all of them."""
+    budget, pending = _walk(datagrams, token_validated)
+    return budget if budget.validated_ms is not None and pending is None else None
+
+
+def _walk(datagrams: list[Datagram], token_validated: bool) -> tuple[Budget, Block | None]:
+    """The budget, and the limit point still open at the end (None when none is)."""
     received = sent = client_n = server_n = max_excess = 0
     validated_ms = datagrams[0].time_ms if token_validated and datagrams else None
     validated_by = "token" if validated_ms is not None else None
@@ -169,4 +188,4 @@ def replay_budget(datagrams: list[Datagram], token_validated: bool = False) -> B
                   and blocks[0].remaining_bytes + iack_bytes >= min(FULL_DATAGRAM_BYTES,
                                                                     blocks[0].pending_bytes or FULL_DATAGRAM_BYTES))
     return Budget(validated_ms, validated_by, received, sent, client_n, server_n, factor, limit_reached,
-                  max_excess > 0, max_excess, tuple(blocks), iack_bytes, caused)
+                  max_excess > 0, max_excess, tuple(blocks), iack_bytes, caused), at_limit

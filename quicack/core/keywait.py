@@ -181,13 +181,17 @@ def _earlier(a: tuple[float, int] | None, b: tuple[float, int] | None) -> tuple[
 
 
 def capture_waits(packets: list[Captured], acks: dict[str, list[AckSent]],
-                  max_ack_delay_ms: dict[str, float]) -> list[tuple[str, KeyWait]]:
+                  max_ack_delay_ms: dict[str, float],
+                  numbers: dict[tuple[str, str], set[int]] | None = None) -> list[tuple[str, KeyWait]]:
     """(receiver, wait) for every packet that arrived before its receiver could have its keys
     (:func:`key_ready`), processed — at the earliest — when they came; ``acks`` and
-    ``max_ack_delay_ms`` by the receiver (``client``, ``server``), ACKs in capture order."""
+    ``max_ack_delay_ms`` by the receiver (``client``, ``server``), ACKs in capture order.
+    ``numbers``: the packet numbers the whole capture shows per (sender, space) (default: those of
+    ``packets``), when ``packets`` are only the handshake's and those before its keys were ready;
+    only packets the capture could not decrypt need them."""
     ready = key_ready(packets)
-    known: dict[tuple[str, str], set[int]] = {}
-    for p in packets:
+    known: dict[tuple[str, str], set[int]] = {k: set(v) for k, v in numbers.items()} if numbers is not None else {}
+    for p in packets if numbers is None else ():
         if p.packet_number is not None:
             known.setdefault((p.sender, SPACES.get(p.packet_type, p.space)), set()).add(p.packet_number)
     out = []

@@ -20,7 +20,13 @@ Theory of operation: after a file's rows are normalized and classified (same tra
    smallest RTT sample less the ACK delay the server reported (``clock_shift_ms``; NULL and not
    reordered without a sample) (:func:`quicack.core.amplification.server_order`, ``clock_shift_ms``).  After a Retry the client's next
    Initial carries the Retry token, and the budget is taken as validated from then (the server
-   issued the token, RFC 9000 §8.1.2).
+   issued the token, RFC 9000 §8.1.2).  Only the first datagrams matter: once the address is
+   validated the budget is over, apart from a limit point still waiting for the server's next new
+   bytes.  So the walk first gets, per connection validated in the trace and not retried, only
+   the datagrams up to :data:`LOOK_PAST_MS` past validation in the server's order, with the frames
+   of the packets up to them (``_FIRST_LOOK_SQL``: tens of datagrams, not the whole transfer);
+   :func:`quicack.core.amplification.prefix_budget` says whether they settle it, and the
+   connections they do not settle (never validated, retried, or still waiting) are walked whole.
 4. SQL aggregates: PTO timers set and expired per packet number space (NULL when the trace logs no
    timers), whether a PTO was armed during the server's first blocked period (server traces with
    timers: RFC 9002 §6.2.2.1, "If no additional data can be sent, the server's PTO timer MUST NOT
@@ -38,7 +44,8 @@ from collections import defaultdict
 
 import duckdb
 
-from quicack.core.amplification import FULL_DATAGRAM_BYTES, Budget, Datagram, replay_budget, server_order
+from quicack.core.amplification import (FULL_DATAGRAM_BYTES, Budget, Datagram, prefix_budget, replay_budget,
+                                        server_order)
 from quicack.store.rows import insert
 
 _DATAGRAMS_SQL = f"""
@@ -86,15 +93,17 @@ _DATAGRAMS_SQL = f"""
     FROM matched
 """
 
-#: per datagram: validates / instant ACK / new data (module docstring, step 2)
+#: per datagram of the connections in ``av_scope``, up to its bounds: validates / instant ACK / new
+#: data (module docstring, step 2)
 _FLAGS_SQL = """
     WITH fr AS (
         SELECT p.connection_id, p.datagram_id, p.event_index, p.time_ms, p.sender, p.packet_type,
                p.size_bytes AS packet_bytes,
                p.packet_number_space AS space, f.position, f.frame_type, f.stream_id,
                f.offset_bytes, f.offset_bytes + f.length_bytes AS end_bytes
-        FROM packets p LEFT JOIN frames f USING (connection_id, event_index)
-        WHERE p.connection_id >= $first),
+        FROM (SELECT p.* FROM packets p JOIN av_scope s USING (connection_id)
+              WHERE s.last_event IS NULL OR p.event_index <= s.last_event) p
+        LEFT JOIN frames f USING (connection_id, event_index)),
     nd AS (
         SELECT *, max(end_bytes) OVER (PARTITION BY connection_id, sender, space, frame_type, stream_id
                                       ORDER BY event_index, position
@@ -121,9 +130,10 @@ _FLAGS_SQL = """
            any_value(np.started_ms) AS started_ms,
            -- a request: STREAM bytes on a bidirectional stream the client opened (id % 4 = 0)
            coalesce(bool_or(nd.frame_type = 'stream' AND nd.stream_id % 4 = 0), false) AS request
-    FROM datagrams d LEFT JOIN nd USING (connection_id, datagram_id, sender)
+    FROM (SELECT d.* FROM datagrams d JOIN av_scope s USING (connection_id)
+          WHERE s.last_ms IS NULL OR d.time_ms <= s.last_ms) d
+    LEFT JOIN nd USING (connection_id, datagram_id, sender)
     LEFT JOIN np USING (connection_id, datagram_id, sender)
-    WHERE d.connection_id >= $first
     GROUP BY ALL
     ORDER BY d.connection_id, d.time_ms, d.datagram_id
 """
@@ -131,8 +141,37 @@ _FLAGS_SQL = """
 #: the path's RTT as the trace shows it at its tightest: an RTT sample less the ACK delay the
 #: server reported (its own turnaround); what moves a client-side view into the server's order
 _PATH_RTT_SQL = """
-    SELECT connection_id, greatest(min(latest_rtt_ms - coalesce(ack_delay_ms, 0)), 0)
+    SELECT connection_id, greatest(min(latest_rtt_ms - coalesce(ack_delay_ms, 0)), 0) AS shift
     FROM rtt_samples WHERE connection_id >= $first GROUP BY connection_id
+"""
+
+#: how far past the client's validating datagram the first look at a connection reaches (ms, the
+#: server's time): what the budget still needs after validation comes about a round trip later
+LOOK_PAST_MS = 50.0
+
+#: the first look: per connection validated in the trace (and not retried: its Retry token
+#: validates it, and the datagrams before the Retry are dropped), the datagrams up to
+#: ``LOOK_PAST_MS`` past validation in the server's order (a client-side view's server datagrams
+#: are moved one RTT earlier: up to one RTT more in the trace's time, and twice the margin against
+#: rounding), with every packet event up to the last of them (frames of earlier packets count)
+_FIRST_LOOK_SQL = f"""
+    CREATE OR REPLACE TEMP TABLE av_scope AS
+    WITH v AS (  -- the client's first datagram holding a Handshake packet (RFC 9000 §8.1)
+        SELECT d.connection_id, min(d.time_ms) AS validated_ms
+        FROM datagrams d JOIN packets p USING (connection_id, datagram_id, sender)
+        WHERE d.connection_id >= $first AND d.sender = 'client' AND p.packet_type = 'handshake'
+        GROUP BY 1),
+    rtt AS ({_PATH_RTT_SQL.strip()}),
+    c AS (
+        SELECT v.connection_id, v.validated_ms + 2 * $past
+               + CASE WHEN c.vantage = 'server' THEN 0 ELSE coalesce(rtt.shift, 0) END AS last_ms
+        FROM v JOIN connections c USING (connection_id) LEFT JOIN rtt USING (connection_id)
+        WHERE v.connection_id NOT IN (SELECT connection_id FROM packets
+                                      WHERE connection_id >= $first AND packet_type = 'retry'))
+    SELECT c.connection_id, max(p.event_index) AS last_event, any_value(c.last_ms) AS last_ms
+    FROM c JOIN packets p USING (connection_id) LEFT JOIN datagrams d USING (connection_id, datagram_id, sender)
+    WHERE p.time_ms <= c.last_ms OR d.time_ms <= c.last_ms
+    GROUP BY 1
 """
 
 _PTO_SQL = """
@@ -188,28 +227,62 @@ def analyze(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> None:
                                [first_connection_id]).fetchall())
     if not vantage:
         return
-    per_connection: dict[int, list[tuple]] = defaultdict(list)
-    for row in con.execute(_FLAGS_SQL, params).fetchall():
-        per_connection[row[0]].append(row[1:])
+    rtts = dict(con.execute(_PATH_RTT_SQL, params).fetchall())
+    shifts = {cid: 0.0 if v == "server" else rtts.get(cid) for cid, v in vantage.items()}
+    budgets = _budgets(con, first_connection_id, shifts)
+    sources: dict[int, set] = defaultdict(set)
+    for cid, source in con.execute("SELECT DISTINCT connection_id, size_source FROM datagrams "
+                                   "WHERE connection_id >= $first", params).fetchall():
+        sources[cid].add(source)
     ptos = {cid: [tuple(e.values()) if isinstance(e, dict) else tuple(e) for e in events or ()]
             for cid, events in con.execute(_PTO_SQL, params).fetchall()}
     zero = ({row[0]: row[1:] for row in con.execute(_ZERO_RTT_SQL, params).fetchall()}
             if con.execute(_ANY_ZERO_RTT_SQL, params).fetchall()[0][0] else {})
-    rtts = dict(con.execute(_PATH_RTT_SQL, params).fetchall())
     rows = []
     for cid in sorted(vantage):
-        rows_of = per_connection.get(cid, [])
-        datagrams, token = _datagrams(rows_of)
-        shift = 0.0 if vantage[cid] == "server" else rtts.get(cid)
-        if shift:
-            datagrams = server_order(datagrams, shift)
-        budget = replay_budget(datagrams, token)
+        budget = budgets[cid]
         timers = ptos.get(cid)
         armed = (_pto_armed_while_blocked(budget, [(t, ev) for t, ev, *_ in timers])
                  if timers is not None and vantage[cid] == "server" else None)
-        rows.append((cid, shift, *_budget_values(budget), armed, *pto_counts(timers),
-                     *_zero_rtt_values(zero.get(cid)), sorted({r[4] for r in rows_of})))
+        rows.append((cid, shifts[cid], *_budget_values(budget), armed, *pto_counts(timers),
+                     *_zero_rtt_values(zero.get(cid)), sorted(sources.get(cid, ()))))
     insert(con, "address_validation", rows)
+
+
+def _budgets(con: duckdb.DuckDBPyConnection, first: int, shifts: dict[int, float | None]) -> dict[int, Budget]:
+    """Each connection's budget (module docstring, step 3): first from its datagrams up to a little
+    past validation (``_FIRST_LOOK_SQL``), whole for those it does not settle."""
+    budgets: dict[int, Budget] = {}
+    con.execute(_FIRST_LOOK_SQL, {"first": first, "past": LOOK_PAST_MS})
+    for cid, rows in _flag_rows(con).items():
+        datagrams, token = _ordered(rows, shifts[cid])
+        validated = next((d.time_ms for d in datagrams if d.validates), None)
+        if validated is not None:  # (the prefix in the server's order that the first look holds whole)
+            datagrams = [d for d in datagrams if d.time_ms <= validated + LOOK_PAST_MS]
+        budget = prefix_budget(datagrams, token)
+        if budget is not None:
+            budgets[cid] = budget
+    rest = sorted(set(shifts) - set(budgets))
+    con.execute("CREATE OR REPLACE TEMP TABLE av_scope AS SELECT unnest($ids::BIGINT[]) AS connection_id, "
+                "NULL::BIGINT AS last_event, NULL::DOUBLE AS last_ms", {"ids": rest})
+    whole = _flag_rows(con) if rest else {}
+    for cid in rest:
+        budgets[cid] = replay_budget(*_ordered(whole.get(cid, []), shifts[cid]))
+    con.execute("DROP TABLE av_scope")
+    return budgets
+
+
+def _flag_rows(con: duckdb.DuckDBPyConnection) -> dict[int, list[tuple]]:
+    per_connection: dict[int, list[tuple]] = defaultdict(list)
+    for row in con.execute(_FLAGS_SQL).fetchall():
+        per_connection[row[0]].append(row[1:])
+    return per_connection
+
+
+def _ordered(rows: list[tuple], shift: float | None) -> tuple[list[Datagram], bool]:
+    """The budget's input in the server's order (a client-side view moved by the path's RTT)."""
+    datagrams, token = _datagrams(rows)
+    return (server_order(datagrams, shift) if shift else datagrams), token
 
 
 def _datagrams(rows: list[tuple]) -> tuple[list[Datagram], bool]:

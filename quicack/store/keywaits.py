@@ -8,7 +8,9 @@ buffered packet with its processing and its first ACK; one ``key_waits`` row eac
 handshake's packets with their CRYPTO frames and both sides' ACKs go to
 :func:`quicack.core.keywait.capture_waits`, which finds the packets that arrived before their
 receiver could have its keys (``source`` ``capture``; meaningful for a capture taken next to
-that receiver, as the one of a testbed group's relay leg).  The receiver's
+that receiver, as the one of a testbed group's relay leg); only packets that came before the
+connection's last keys can have waited, so only the handshake's packets and those are read, and
+the ACKs and packet numbers only of connections where one waited.  The receiver's
 max_ack_delay (its own transport parameter, default 25 ms, RFC 9000 §18.2) bounds what the peer
 may subtract.  :func:`inflated_samples` then sets, for a connection whose peer's trace is in the
 store too (the same original destination connection ID, the other vantage point), each wait next
@@ -22,7 +24,8 @@ from collections import defaultdict
 
 import duckdb
 
-from quicack.core.keywait import AckSent, Buffered, Captured, Received, capture_waits, match_waits
+from quicack.core.keywait import (SPACES, AckSent, Buffered, Captured, Received, capture_waits, key_ready,
+                                  match_waits)
 from quicack.store.rows import insert
 
 #: RFC 9000 §18.2: max_ack_delay when the transport parameter is absent
@@ -86,24 +89,63 @@ def _acks(con: duckdb.DuckDBPyConnection, ids: list[int], side: str) -> dict[int
     return out
 
 
+#: a capture's packets with their CRYPTO frames (``{which}``: which packets)
+_CAPTURED_SQL = """
+    SELECT p.connection_id, p.event_index, p.time_ms, p.sender, p.packet_type, p.packet_number, p.size_bytes,
+           p.packet_number_space,
+           list((f.offset_bytes, f.length_bytes) ORDER BY f.position)
+               FILTER (WHERE f.frame_type = 'crypto' AND f.offset_bytes IS NOT NULL AND f.length_bytes > 0)
+    FROM ({which}) p LEFT JOIN frames f USING (connection_id, event_index)
+    GROUP BY ALL ORDER BY 1, 2"""
+
+#: what tells when each side had its keys (:func:`quicack.core.keywait.key_ready`): the Initial
+#: and Handshake packets, and each side's first 1-RTT packet, of the captures' connections
+_HANDSHAKE_PACKETS = """
+    WITH c AS (SELECT connection_id FROM connections WHERE connection_id >= $first AND vantage = 'network'),
+    first_1rtt AS (SELECT connection_id, min(event_index) AS event_index, true AS first
+                   FROM packets JOIN c USING (connection_id) WHERE packet_type = '1RTT' GROUP BY connection_id, sender)
+    SELECT p.* FROM packets p JOIN c USING (connection_id) LEFT JOIN first_1rtt f USING (connection_id, event_index)
+    WHERE p.packet_type IN ('initial', 'handshake') OR f.first"""
+
+#: the packets that came before the last keys (``$until`` per connection of ``$ids``)
+_BEFORE_KEYS = """
+    SELECT p.* FROM packets p JOIN (SELECT unnest($ids) AS connection_id, unnest($until) AS until) u
+    USING (connection_id) WHERE p.time_ms < u.until"""
+
+
 def _captured(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> list[tuple]:
     """Rows from captures (vantage ``network``): packets that arrived before their receiver could
-    have its keys (:func:`quicack.core.keywait.capture_waits`)."""
-    found = con.execute("""
-        WITH c AS (SELECT connection_id FROM connections WHERE connection_id >= $first AND vantage = 'network')
-        SELECT p.connection_id, p.event_index, p.time_ms, p.sender, p.packet_type, p.packet_number, p.size_bytes,
-               p.packet_number_space,
-               list((f.offset_bytes, f.length_bytes) ORDER BY f.position)
-                   FILTER (WHERE f.frame_type = 'crypto' AND f.offset_bytes IS NOT NULL AND f.length_bytes > 0)
-        FROM packets p JOIN c USING (connection_id) LEFT JOIN frames f USING (connection_id, event_index)
-        GROUP BY ALL ORDER BY 1, 2""", {"first": first_connection_id}).fetchall()
-    packets: dict[int, list[Captured]] = defaultdict(list)
-    for cid, *row, crypto in found:
-        packets[cid].append(Captured(*row, tuple((c[0], c[1]) for c in crypto or ())))
-    if not packets:
+    have its keys (:func:`quicack.core.keywait.capture_waits`).  Only a packet that came before
+    the last of its connection's keys can have waited: the handshake's packets tell when the keys
+    came, then only the packets before that are read, and the ACKs and packet numbers only of
+    connections where one waited."""
+    packets = _captured_packets(con, _CAPTURED_SQL.format(which=_HANDSHAKE_PACKETS), {"first": first_connection_id})
+    until = {cid: max(t for t, _ in ready.values()) for cid, ps in packets.items() if (ready := key_ready(ps))}
+    if not until:
         return []
-    ids = sorted(packets)
+    ids = sorted(until)
+    before = _captured_packets(con, _CAPTURED_SQL.format(which=_BEFORE_KEYS),
+                               {"ids": ids, "until": [until[cid] for cid in ids]})
+    waiting: dict[int, bool] = {}  # connection → whether a packet it could not decrypt waited
+    for cid in ids:
+        merged = {p.event_index: p for p in packets[cid] + before.get(cid, [])}
+        packets[cid] = [merged[e] for e in sorted(merged)]
+        ready = key_ready(packets[cid])
+        late = [p for p in packets[cid]  # (as capture_waits: the receiver is the side that did not send it)
+                if p.time_ms < ready.get(("client" if p.sender == "server" else "server", p.packet_type),
+                                         (p.time_ms,))[0]]
+        if late:
+            waiting[cid] = any(p.packet_number is None for p in late)
+    if not waiting:
+        return []
+    ids = sorted(waiting)
     acks = _acks(con, ids, "p.sender")
+    numbers: dict[int, dict[tuple[str, str], set[int]]] = defaultdict(dict)
+    for cid, sender, packet_type, space, found in con.execute("""
+            SELECT connection_id, sender, packet_type, packet_number_space, list(packet_number) FROM packets
+            WHERE connection_id IN (SELECT unnest($ids)) AND packet_number IS NOT NULL GROUP BY ALL""",
+                                                              {"ids": [c for c in ids if waiting[c]]}).fetchall():
+        numbers[cid].setdefault((sender, SPACES.get(packet_type, space)), set()).update(found)
     caps: dict[int, dict[str, float]] = defaultdict(dict)
     for cid, endpoint, value in con.execute("""
             SELECT connection_id, endpoint, any_value(max_ack_delay_ms) FROM transport_parameters
@@ -112,9 +154,16 @@ def _captured(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> list[
     rows = []
     for cid in ids:
         cap = {side: caps[cid].get(side) or DEFAULT_MAX_ACK_DELAY_MS for side in ("client", "server")}
-        for receiver, w in capture_waits(packets[cid], acks.get(cid, {}), cap):
+        for receiver, w in capture_waits(packets[cid], acks.get(cid, {}), cap, numbers.get(cid, {})):
             rows.append(_row(cid, w, cap[receiver], receiver, "capture"))
     return rows
+
+
+def _captured_packets(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> dict[int, list[Captured]]:
+    packets: dict[int, list[Captured]] = defaultdict(list)
+    for cid, *row, crypto in con.execute(sql, params).fetchall():
+        packets[cid].append(Captured(*row, tuple((c[0], c[1]) for c in crypto or ())))
+    return packets
 
 
 def _row(cid: int, w, cap: float, receiver: str | None, source: str) -> tuple:

@@ -25,8 +25,10 @@ is validated on it (RFC 9000 §8.1), and the server sends its remaining certific
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from quicack.core.amplification import Datagram, replay_budget, server_order
+from quicack.core.amplification import Datagram, prefix_budget, replay_budget, server_order
 
 HAND_WORKED = [
     Datagram(0.0, "client", 276 + 924),
@@ -144,3 +146,26 @@ def test_the_server_order_moves_when_the_data_began_with_the_datagram():
             Datagram(28.7, "server", 1200, new_data=True, new_bytes=1150, data_started_ms=7.0)]
     [block] = replay_budget(server_order(seen, 0.35)).blocks
     assert block.start_ms == pytest.approx(7.02 - 0.35) and block.end_ms == 27.8
+
+
+def test_the_hand_worked_budget_is_settled_once_the_server_sent_what_waited():
+    # validated at 14.0 with a block pending; the server's new bytes at 14.5 show it
+    assert prefix_budget(HAND_WORKED[:6]) is None
+    assert prefix_budget(HAND_WORKED[:7]) == replay_budget(HAND_WORKED)
+    assert prefix_budget(HAND_WORKED[:5]) is None  # not validated yet
+
+
+_DATAGRAM = st.builds(Datagram, st.integers(0, 60).map(float), st.sampled_from(["client", "server"]),
+                      st.sampled_from([50, 600, 1200, 1252]), st.booleans(), st.booleans(), st.booleans(),
+                      st.sampled_from([0, 10, 900]), st.sampled_from([None, 0.0, 20.0]), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_DATAGRAM, max_size=14), st.booleans())
+def test_a_settled_prefix_gives_the_whole_budget(datagrams, token):
+    # what the store's first look relies on: once prefix_budget answers, the rest changes nothing
+    datagrams = sorted(datagrams, key=lambda d: d.time_ms)
+    whole = replay_budget(datagrams, token)
+    for k in range(1, len(datagrams) + 1):
+        settled = prefix_budget(datagrams[:k], token)
+        assert settled is None or settled == whole
