@@ -16,6 +16,7 @@ that offset if nothing before it could be read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from quicack.model import QuicackError
@@ -31,10 +32,13 @@ class Unsupported(Exception):
     """The native reader does not read this capture (the message says why)."""
 
 
-def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, list[str]]:
+def stage(con, path: Path, keylog: Path | None, quic_ports,
+          stop: Callable[[], object] | None = None) -> tuple[int, str, list[str]] | None:
     """Stage ``path`` into the temporary tables (already created), UDP on ``quic_ports`` read as
-    QUIC whatever it holds; return (frames read, reader version, warnings).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it
-    is no capture."""
+    QUIC whatever it holds; return (frames read, reader version, warnings), or None if ``stop()``,
+    asked after each batch, said to stop (the capture's SHA-256, hashed meanwhile, is one already
+    stored).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it is no
+    capture."""
     from quicack._native import CaptureReader
     from quicack.core.native import table
 
@@ -47,6 +51,8 @@ def stage(con, path: Path, keylog: Path | None, quic_ports) -> tuple[int, str, l
     while (batch := reader.batch(BATCH_DATAGRAMS)) is not None:
         if reader.unsupported:
             break
+        if stop is not None and stop():
+            return None
         for columns, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
             quicack_rows = table(columns)
             if quicack_rows.num_rows:

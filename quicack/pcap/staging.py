@@ -20,6 +20,7 @@ are then turned into the store's rows by :mod:`quicack.pcap.normalize`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,11 +53,13 @@ DISSECTORS = ("native", "tshark")
 
 
 def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | tuple[int, ...] = (),
-          dissection: tshark.Dissection | None = None, dissector: str = "native") -> StagedCapture:
+          dissection: tshark.Dissection | None = None, dissector: str = "native",
+          stop: Callable[[], object] | None = None) -> StagedCapture | None:
     """Stage the rows of ``path`` read by ``dissector``: the native reader
     (:mod:`quicack.pcap.nativepath`), which leaves to tshark what it does not read (the reason
     becomes a warning), or tshark (or its running ``dissection``, which this closes; the rows:
-    :class:`Staging`).  Raise QuicackError if the capture is unreadable or holds no QUIC packet."""
+    :class:`Staging`).  Raise QuicackError if the capture is unreadable or holds no QUIC packet.
+    ``stop``: asked between the native reader's batches; None is returned when it says to stop."""
     name = str(path)
     fmt = source.capture_format(path)
     if fmt is None:
@@ -69,7 +72,7 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
             dissection.close()
             dissection = None
         try:
-            return _stage_native(con, path, fmt, keylog, quic_ports)
+            return _stage_native(con, path, fmt, keylog, quic_ports, stop)
         except nativepath.Unsupported as e:
             fallback = f"{name}: read by tshark: {e}"
     staged = _stage_tshark(con, path, fmt, keylog, quic_ports, dissection)
@@ -78,8 +81,9 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
     return staged
 
 
-def _stage_native(con, path: Path, fmt: str, keylog, quic_ports) -> StagedCapture:
-    """Stage ``path`` read by the native reader; nativepath.Unsupported if tshark must read it."""
+def _stage_native(con, path: Path, fmt: str, keylog, quic_ports, stop=None) -> StagedCapture | None:
+    """Stage ``path`` read by the native reader (None: ``stop`` said to stop);
+    nativepath.Unsupported if tshark must read it."""
     name = str(path)
     if keylog is not None and not Path(keylog).is_file():
         raise QuicackError("no such key log file", str(keylog))
@@ -87,12 +91,17 @@ def _stage_native(con, path: Path, fmt: str, keylog, quic_ports) -> StagedCaptur
     ports = sorted(set(quic_ports))
     begin(con)
     with settings.changed(con, threads=1):
-        frames, version, warnings = nativepath.stage(con, path, keylog, ports)
+        read = nativepath.stage(con, path, keylog, ports, stop)
+        if read is None:
+            return None
         forced = sorted(set(ports_to_force(con)) - set(ports))
         if forced:  # QUIC whose headers did not show it on a server port: read again (as tshark is)
             ports = sorted(set(ports) | set(forced))
             begin(con)
-            frames, version, warnings = nativepath.stage(con, path, keylog, ports)
+            read = nativepath.stage(con, path, keylog, ports, stop)
+            if read is None:
+                return None
+        frames, version, warnings = read
     staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
                            source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
     _require_quic(con, staged)

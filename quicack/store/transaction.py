@@ -134,7 +134,8 @@ class Ingest:
                 return FileResult(name, "refused", error=str(QuicackError(f"not a regular file ({kind_of(info)})", name)))
             size = info.st_size
             is_capture = source.is_capture(path)
-            digest = _Digest(path, background=not is_capture and size > SYNC_HASH_BYTES)
+            # (a capture the native reader reads is hashed while read: see _transaction's stop)
+            digest = _Digest(path, background=size > SYNC_HASH_BYTES and (not is_capture or dissector == "native"))
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         try:
@@ -315,7 +316,17 @@ class Ingest:
             file_id = ids.file_id()
             if is_capture:  # (never one of many()'s: its connections count up from the next id)
                 first_connection = ids.connections(0)
-                staged = staging.stage(self.con, path, keylog, quic_ports, dissection, dissector)
+                held: list[FileResult] = []
+
+                def stop() -> bool:
+                    if digest.ready() and not held:
+                        held.append(self._unchanged(path, digest.value(), reanalyze, keylog, is_capture))
+                    return bool(held and held[0])
+
+                staged = staging.stage(self.con, path, keylog, quic_ports, dissection, dissector, stop)
+                if staged is None:
+                    self._rollback()
+                    return held[0]
                 # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
                 # committed faster by one thread than by several that wait for one another.
                 self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")

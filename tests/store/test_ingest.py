@@ -84,3 +84,30 @@ def test_a_file_that_runs_out_of_memory_among_others_is_read_again_on_its_own(fo
     assert result.status == "ingested" and result.packets == 3
     assert result.warnings[0].startswith("DuckDB needed more memory than the 80MB")
     assert summary.count("ingested") == 17  # (and every other file)
+
+
+def test_a_stored_capture_hashed_while_it_is_read_stops_at_the_next_batch(tmp_path, monkeypatch):
+    # a large capture is hashed in a thread while the native reader reads it; once the hash
+    # shows it stored, reading stops (no normalization) and the file is unchanged, its rows kept
+    from quicack.pcap import nativepath
+    from quicack.store import transaction
+    capture = tmp_path / "cap.pcapng"
+    shutil.copy(DATA / "local/aioquic-aioquic-handshake/cap.pcapng", capture)
+    monkeypatch.setattr(transaction, "SYNC_HASH_BYTES", 0)  # (every file hashed in the background)
+    monkeypatch.setattr(nativepath, "BATCH_DATAGRAMS", 1)
+    normalized, read = [], []
+    real, real_stage = transaction.normalize_capture, nativepath.stage
+    monkeypatch.setattr(transaction, "normalize_capture", lambda *a: normalized.append(a[2]) or real(*a))
+    monkeypatch.setattr(nativepath, "stage", lambda *a: read.append(a[1]) or real_stage(*a))
+    # (the hash not known before reading starts, known at the first batch: no race with the thread)
+    asked = []
+    monkeypatch.setattr(transaction._Digest, "ready", lambda self: asked.append(self) or asked.count(self) > 1)
+    with Store(tmp_path / "s.duckdb") as store:
+        first = store.ingest(capture)
+        assert first.status == "ingested" and len(normalized) == 1
+        rows = store.con.execute("SELECT count(*) FROM packets").fetchall()
+        again = store.ingest(capture)
+        # (reading began before the hash was known, and stopped)
+        assert again.status == "unchanged" and len(read) == 2 and len(normalized) == 1
+        assert store.con.execute("SELECT count(*) FROM packets").fetchall() == rows and rows[0][0] > 0
+        assert store.ingest(capture, reanalyze=True).status == "ingested" and len(normalized) == 2
