@@ -136,13 +136,14 @@ def _insert_datagrams(con) -> None:
     """The datagrams table: each datagram's whole UDP payload (RFC 9000 §8.1 counts it all,
     padding and coalesced packets included).  GSO super-frames are left out: their size is
     several datagrams'."""
+    # (one row per captured frame in c_dgram and dmap: the packets are counted per frame first)
     con.execute("""INSERT INTO datagrams
         SELECT m.connection_id, d.frame_number, (d.epoch_ns - c.first_ns) / 1e6, m.sender,
-               d.udp_payload_bytes, count(p.idx), coalesce(string_agg(p.packet_type, ',' ORDER BY p.idx), ''), 'udp'
+               d.udp_payload_bytes, coalesce(p.n, 0), coalesce(p.types, ''), 'udp'
         FROM c_dgram d JOIN dmap m USING (frame_number) JOIN cstart c USING (connection_id)
-        LEFT JOIN c_pkt p USING (frame_number)
-        WHERE NOT m.gso AND d.udp_payload_bytes IS NOT NULL
-        GROUP BY ALL""")
+        LEFT JOIN (SELECT frame_number, count(idx) AS n, string_agg(packet_type, ',' ORDER BY idx) AS types
+                   FROM c_pkt GROUP BY frame_number) p USING (frame_number)
+        WHERE NOT m.gso AND d.udp_payload_bytes IS NOT NULL""")
 
 
 def _insert_connections(con, file_id: int, staged: StagedCapture) -> None:
