@@ -250,10 +250,12 @@ impl Normalizer {
 
 }
 
-/// A capture read by the native reader (`capture`): batches of staged rows.
-#[pyclass(module = "quicack._native", unsendable)]
+/// A capture read by the native reader (`capture`): batches of staged rows.  It may be read on
+/// another thread than the one that opened it (Python reads the next batch while the previous
+/// one is inserted); the mutex makes it shareable.
+#[pyclass(module = "quicack._native")]
 struct CaptureReader {
-    inner: capture::Reader,
+    inner: std::sync::Mutex<capture::Reader>,
 }
 
 #[pymethods]
@@ -275,15 +277,17 @@ impl CaptureReader {
             capture::Reader::new(file, keylog.as_deref(), &quic_ports)
         };
         opened
-            .map(|inner| CaptureReader { inner })
+            .map(|inner| CaptureReader { inner: std::sync::Mutex::new(inner) })
             .map_err(|d| pyo3::exceptions::PyValueError::new_err((d.offset, d.what)))
     }
 
     /// The next batch: (datagrams, transport parameters, packets, frames) as columns for
     /// `quicack.core.native.table`, or None at the end.
-    fn batch<'py>(&mut self, py: Python<'py>, datagrams: usize) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let inner = &mut self.inner;
-        let Some(rows) = py.detach(|| inner.batch(datagrams)) else { return Ok(None) };
+    fn batch<'py>(&self, py: Python<'py>, datagrams: usize) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let inner = &self.inner;
+        let Some(rows) = py.detach(|| inner.lock().unwrap_or_else(|e| e.into_inner()).batch(datagrams)) else {
+            return Ok(None);
+        };
         let tables = [output::table(py, &rows.dgram)?, output::table(py, &rows.tp)?, output::table(py, &rows.pkt)?,
                       output::table(py, &rows.frame)?];
         Ok(Some(PyTuple::new(py, tables)?))
@@ -292,19 +296,25 @@ impl CaptureReader {
     /// Captured frames read so far.
     #[getter]
     fn frames(&self) -> i64 {
-        self.inner.state.frames_read
+        self.reader().state.frames_read
     }
 
     /// Where reading stopped on damage: (byte offset, what), or None.
     #[getter]
     fn damage(&self) -> Option<(u64, String)> {
-        self.inner.damage.as_ref().map(|d| (d.offset, d.what.clone()))
+        self.reader().damage.as_ref().map(|d| (d.offset, d.what.clone()))
     }
 
     /// Why the capture is left to tshark (a link type, a QUIC version), or None.
     #[getter]
     fn unsupported(&self) -> Option<String> {
-        self.inner.state.unsupported.clone()
+        self.reader().state.unsupported.clone()
+    }
+}
+
+impl CaptureReader {
+    fn reader(&self) -> std::sync::MutexGuard<'_, capture::Reader> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

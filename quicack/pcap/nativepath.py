@@ -11,12 +11,16 @@ staging (:mod:`quicack.pcap.connections`, :mod:`quicack.pcap.normalize`) is shar
 reader does not read (a link type, a QUIC version it does not know) raises
 :class:`Unsupported` with the reason, and the caller has tshark read the capture instead.  A
 damaged capture is read up to the damage (a warning names the byte offset), or refused with
-that offset if nothing before it could be read.
+that offset if nothing before it could be read.  The reader runs a batch ahead on a thread of its
+own (it lets go of the GIL while it reads), so reading the next batch and inserting this one share
+the two cores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from quicack.model import QuicackError
@@ -48,15 +52,19 @@ def stage(con, path: Path, keylog: Path | None, quic_ports,
     except ValueError as e:
         offset, what = e.args
         raise QuicackError(what, name, f"byte {offset}") from None
-    while (batch := reader.batch(BATCH_DATAGRAMS)) is not None:
-        if reader.unsupported:
-            break
-        if stop is not None and stop():
-            return None
-        for columns, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
-            quicack_rows = table(columns)
-            if quicack_rows.num_rows:
-                con.execute(f"INSERT INTO {target} SELECT * FROM quicack_rows")
+    batches = _ahead(reader)
+    try:
+        for batch in batches:
+            if reader.unsupported:
+                break
+            if stop is not None and stop():
+                return None
+            for columns, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
+                quicack_rows = table(columns)
+                if quicack_rows.num_rows:
+                    con.execute(f"INSERT INTO {target} SELECT * FROM quicack_rows")
+    finally:
+        batches.close()
     if reader.unsupported:
         raise Unsupported(reader.unsupported)
     warnings = []
@@ -67,3 +75,38 @@ def stage(con, path: Path, keylog: Path | None, quic_ports,
         warnings.append(f"{name}: byte {offset}: {what}; kept every complete frame before it ({reader.frames})")
     return reader.frames, READER_VERSION, warnings
 
+
+
+def _ahead(reader) -> Iterator[tuple]:
+    """The reader's batches, the next one read on a thread while the caller works on this one; an
+    error of the reader is raised here, and closing the generator stops the thread."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    closed = threading.Event()
+
+    def read() -> None:
+        try:
+            while not closed.is_set():
+                batch = reader.batch(BATCH_DATAGRAMS)
+                ready.put(("batch", batch))
+                if batch is None or reader.unsupported:
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            ready.put(("error", e))
+
+    thread = threading.Thread(target=read, daemon=True, name="capture-reader")
+    thread.start()
+    try:
+        while True:
+            kind, value = ready.get()
+            if kind == "error":
+                raise value
+            if value is None:
+                return
+            yield value
+    finally:
+        closed.set()
+        while thread.is_alive():  # (a reader waiting to put its batch is let go)
+            try:
+                ready.get(timeout=0.05)
+            except queue.Empty:
+                pass
