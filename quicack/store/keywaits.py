@@ -47,6 +47,7 @@ def _logged(con: duckdb.DuckDBPyConnection, first_connection_id: int) -> list[tu
             SELECT connection_id, event_index, time_ms, lower(data->'header'->>'packet_type'),
                    TRY_CAST(coalesce(data->'raw'->>'length', data->>'packet_size') AS INTEGER)
             FROM other_events WHERE connection_id >= $first AND event_name LIKE '%packet_buffered'
+              AND time_ms IS NOT NULL  -- (an untimed event, kept in other_events, cannot be placed)
             ORDER BY connection_id, event_index""", params).fetchall():
         buffered[cid].append(Buffered(row[0], row[1], _type(row[2]), row[3]))
     if not buffered:

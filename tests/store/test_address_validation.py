@@ -162,3 +162,18 @@ def test_a_pto_that_quic_go_does_not_log_as_expired_is_counted(store):
     [v] = rows(store, "SELECT * FROM address_validation")
     assert (v["pto_fired_initial"], v["pto_fired_handshake"], v["pto_fired_application"]) == (0, 1, 0)
     assert v["pto_set_handshake"] == len(deltas)
+
+
+def test_a_packet_buffered_event_without_a_time_is_left_out(store, tmp_path):
+    # was "internal error ... TypeError" (the suite's mutation sample: packet_buffered.time = null):
+    # the event is kept in other_events, untimed, and no wait can be measured from it
+    records = (KEY_WAIT / "client.sqlog").read_text().split("\x1e")
+    first = next(i for i, r in enumerate(records) if '"packet_buffered"' in r or ":packet_buffered\"" in r)
+    event = json.loads(records[first])
+    event["time"] = None
+    records[first] = json.dumps(event) + "\n"
+    path = tmp_path / "client.sqlog"
+    path.write_text("\x1e".join(records))
+    assert store.ingest(path).status == "ingested"
+    waits = rows(store, "SELECT packet_type FROM key_waits ORDER BY buffered_event_index")
+    assert waits == [{"packet_type": "1RTT"}]  # (the Handshake packet's event was the untimed one)
