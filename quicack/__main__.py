@@ -31,9 +31,9 @@ def analyze_arguments(argv: list[str]) -> tuple[Path, str | None, tuple[int, ...
             paths.extend(args)
             break
         name, eq, value = arg.partition("=")
-        if name in ("--db", "--keylog", "--quic-port") and (eq or arg == name):
+        if name in ("--db", "--keylog", "--quic-port", "--dissector") and (eq or arg == name):
             value = value if eq else next(args, None)
-            if value is None:
+            if value is None or (name == "--dissector" and value not in ("native", "tshark")):
                 return None
             if name == "--keylog":
                 keylog = value
@@ -55,12 +55,7 @@ def early_dissection(argv: list[str]):
     anything else: the native reader, the default, needs no head start)."""
     if "--dissector=tshark" not in argv and ("--dissector", "tshark") not in set(pairwise(argv)):
         return None
-    rest, skip = [], False
-    for a, b in zip(argv, argv[1:] + [""]):
-        if not skip and a != "--dissector" and not a.startswith("--dissector="):
-            rest.append(a)
-        skip = a == "--dissector" and b == "tshark" and not skip
-    parsed = analyze_arguments(rest)
+    parsed = analyze_arguments(argv)
     if parsed is None or not parsed[0].is_file():
         return None
     from quicack.store import ingest  # light: the pcap path's file checks and tshark, no DuckDB

@@ -177,8 +177,11 @@ def test_analyze_arguments_read_before_click():
     assert analyze_arguments(["analyze", "c.pcap", "--keylog=k.log", "--quic-port", "4433", "--quic-port=443",
                               "--reanalyze"]) == (Path("c.pcap"), "k.log", (4433, 443))
     assert analyze_arguments(["analyze", "--", "-odd name.pcap"]) == (Path("-odd name.pcap"), None, ())
+    assert analyze_arguments(["analyze", "--dissector", "tshark", "c.pcap"]) == (Path("c.pcap"), None, ())
+    assert analyze_arguments(["analyze", "--dissector=native", "c.pcap"]) == (Path("c.pcap"), None, ())
     for other in (["export"], ["analyze"], ["analyze", "--db"], ["analyze", "-x", "c.pcap"],
-                  ["analyze", "c.pcap", "--quic-port", "x"], ["analyze", "--help"], ["--version"]):
+                  ["analyze", "c.pcap", "--quic-port", "x"], ["analyze", "--dissector", "x", "c.pcap"],
+                  ["analyze", "--help"], ["--version"]):
         assert analyze_arguments(other) is None, other
 
 
