@@ -75,15 +75,15 @@ def ingest_shard(batch: list[tuple[int, str]], folder: str, reanalyze: bool, key
     store = None
     try:
         for _, path in batch:
-            digest = _known(path, known, reanalyze)
-            if digest:
+            digest = _digest(path, known, reanalyze)
+            if digest in known:
                 results.append((FileResult(path, "unchanged"), digest))
                 continue
             if store is None:
                 Path(folder).mkdir(parents=True, exist_ok=True)
                 store = Store(partial)
             result = store.ingest(path, reanalyze=reanalyze, keylog=keylog, quic_ports=tuple(quic_ports),
-                                  dissector=dissector)
+                                  dissector=dissector, sha256=digest)  # (hashed once)
             digest = None if result.file_id is None else store.con.execute(
                 "SELECT content_sha256 FROM files WHERE file_id = ?", [result.file_id]).fetchall()[0][0]
             results.append((result, digest))
@@ -98,8 +98,8 @@ def ingest_shard(batch: list[tuple[int, str]], folder: str, reanalyze: bool, key
     return results, str(final)
 
 
-def _known(path: str, known: frozenset[str], reanalyze: bool) -> str | None:
-    """The qlog's SHA-256 if it is in ``known``, else None."""
+def _digest(path: str, known: frozenset[str], reanalyze: bool) -> str | None:
+    """The qlog's SHA-256 when it may be in ``known`` (None: not needed, or unreadable)."""
     from quicack.pcap import source
     if not known or reanalyze or source.is_capture(Path(path)):
         return None
@@ -108,7 +108,7 @@ def _known(path: str, known: frozenset[str], reanalyze: bool) -> str | None:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None  # (the ingest says why)
-    return digest if digest in known else None
+    return digest
 
 
 def _worker_name() -> str:

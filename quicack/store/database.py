@@ -92,12 +92,13 @@ class Store:
 
     def ingest(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
                quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
-               dissection: Dissection | None = None, dissector: str = "native") -> FileResult:
-        """Ingest one qlog file or capture in one transaction (:meth:`Ingest.file`): a refused
-        file is a result, not an exception."""
+               dissection: Dissection | None = None, dissector: str = "native",
+               sha256: str | None = None) -> FileResult:
+        """Ingest one qlog file or capture in one transaction (:meth:`Ingest.file`; ``sha256``: the
+        file's, when the caller hashed it): a refused file is a result, not an exception."""
         ingest = Ingest(self.con)
         try:
-            return ingest.file(path, reanalyze, keylog, quic_ports, progress, dissection, dissector)
+            return ingest.file(path, reanalyze, keylog, quic_ports, progress, dissection, dissector, sha256)
         finally:
             self._reopen_if(ingest)
 

@@ -109,11 +109,12 @@ class Ingest:
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
-             dissection: tshark.Dissection | None = None, dissector: str = "native") -> FileResult:
-        """Ingest one qlog file or capture in one transaction (a capture read by ``dissector``:
-        quicack.pcap.staging.DISSECTORS).  A refused file is a result, not an exception.
-        Captures are decrypted with ``keylog`` (else a key log beside them), ``quic_ports`` decoded
-        as QUIC; ``dissection`` is tshark already started on the capture, taken over and closed.
+             dissection: tshark.Dissection | None = None, dissector: str = "native",
+             sha256: str | None = None) -> FileResult:
+        """Ingest one file in one transaction (a refused file is a result, not an exception; ``sha256``:
+        the file's, if the caller hashed it).  Captures are read by ``dissector`` (staging.DISSECTORS),
+        decrypted with ``keylog`` (else a key log beside them), ``quic_ports`` decoded as QUIC;
+        ``dissection`` is tshark already started on the capture, taken over and closed.
 
         ``progress(n)`` is called while the file is read, ``n`` the bytes of the file done since the
         previous call; by the time ingest returns the calls add up to the file size.
@@ -134,8 +135,7 @@ class Ingest:
                 return FileResult(name, "refused", error=str(QuicackError(f"not a regular file ({kind_of(info)})", name)))
             size = info.st_size
             is_capture = source.is_capture(path)
-            # (a capture the native reader reads is hashed while read: see _transaction's stop)
-            digest = _Digest(path, background=size > SYNC_HASH_BYTES and (not is_capture or dissector == "native"))
+            digest = _Digest(path, size > SYNC_HASH_BYTES and (not is_capture or dissector == "native"), sha256)
         except OSError as e:
             return FileResult(name, "refused", error=str(QuicackError(f"cannot read: {e.strerror}", name)))
         try:
@@ -501,16 +501,18 @@ class _Ids:
 
 
 class _Digest:
-    """The SHA-256 of a file, computed now or in a background thread (hashlib releases the GIL)."""
+    """The SHA-256 of a file: given (``value``), computed now, or in a background thread (hashlib
+    releases the GIL) — large qlogs, and captures the native reader reads, whose reading stops
+    at its next batch once the hash shows the file stored (:meth:`Ingest._transaction`'s ``stop``)."""
 
-    def __init__(self, path: Path, background: bool):
+    def __init__(self, path: Path, background: bool, value: str | None = None):
         self._path = path
-        self._value: str | None = None
+        self._value: str | None = value
         self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True) if background else None
+        self._thread = threading.Thread(target=self._run, daemon=True) if background and not value else None
         if self._thread:
             self._thread.start()
-        else:
+        elif not value:
             self._run()
             if self._error:
                 raise self._error
