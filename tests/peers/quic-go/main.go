@@ -144,6 +144,8 @@ func fetch(url, caFile string, insecure bool, timeout time.Duration, curves []tl
 	resp, err := client.Do(req)
 	if err != nil {
 		tr.Close()
+		// A failed request's trace is data too (a rejected 0-RTT, a timeout): let it flush.
+		time.Sleep(300 * time.Millisecond)
 		return err
 	}
 	body, err := io.ReadAll(resp.Body)
