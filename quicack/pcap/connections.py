@@ -28,7 +28,7 @@ _ROOT = """SELECT c.tshark_connection, coalesce(r.tshark_connection, c.tshark_co
 #: Who sent a datagram (``src_ep``, ports) of a connection whose ServerHello (or Retry, Version
 #: Negotiation), ClientHello (or 0-RTT) and first Initial came from ``server_ep``, ``client_ep``
 #: and ``first_initial_ep`` (NULL: none seen).
-_SENDER = """CASE WHEN server_ep IS NOT NULL THEN CASE WHEN src_ep = server_ep THEN 'server' ELSE 'client' END
+SENDER = """CASE WHEN server_ep IS NOT NULL THEN CASE WHEN src_ep = server_ep THEN 'server' ELSE 'client' END
                     WHEN client_ep IS NOT NULL THEN CASE WHEN src_ep = client_ep THEN 'client' ELSE 'server' END
                     WHEN first_initial_ep IS NOT NULL THEN CASE WHEN src_ep = first_initial_ep THEN 'client' ELSE 'server' END
                     WHEN src_port > dst_port THEN 'client' ELSE 'server' END"""
@@ -85,7 +85,7 @@ def assign(con, first_connection_id: int, per_tshark_connection: bool = True) ->
                           arg_min(src_ep, frame_number) FILTER (WHERE has_client_hello) AS client_ep,
                           arg_min(src_ep, frame_number) FILTER (WHERE has_initial) AS first_initial_ep
                    FROM d GROUP BY connection_id)
-        SELECT d.frame_number, d.connection_id, d.epoch_ns, d.src_ep, d.gso, {_SENDER} AS sender
+        SELECT d.frame_number, d.connection_id, d.epoch_ns, d.src_ep, d.gso, {SENDER} AS sender
         FROM d JOIN s USING (connection_id)""")
     con.execute("DROP TABLE dconn")
 
@@ -129,7 +129,7 @@ def assign_per_tshark_connection(con, first_connection_id: int) -> bool:
     con.execute("""CREATE OR REPLACE TEMP TABLE ck AS
         SELECT DISTINCT 't' || root AS conn_key, root AS tshark_connection, connection_id, trace_index FROM tcmap""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE dmap AS
-        SELECT d.frame_number, m.connection_id, d.epoch_ns, d.src_ep, d.gso, {_SENDER} AS sender
+        SELECT d.frame_number, m.connection_id, d.epoch_ns, d.src_ep, d.gso, {SENDER} AS sender
         FROM c_dgram d JOIN tcmap m USING (tshark_connection) WHERE d.packets > 0 AND d.split_ok""")
     con.execute("DROP TABLE tcs; DROP TABLE tcmap")
     return True

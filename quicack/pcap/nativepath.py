@@ -43,38 +43,59 @@ def stage(con, path: Path, keylog: Path | None, quic_ports,
     asked after each batch, said to stop (the capture's SHA-256, hashed meanwhile, is one already
     stored).  Raise :class:`Unsupported` if tshark must read it, QuicackError if it is no
     capture."""
-    from quicack._native import CaptureReader
-    from quicack.core.native import table
-
-    name = str(path)
-    try:
-        reader = CaptureReader(name, Path(keylog).read_bytes() if keylog else None, list(quic_ports))
-    except ValueError as e:
-        offset, what = e.args
-        raise QuicackError(what, name, f"byte {offset}") from None
-    batches = _ahead(reader)
+    reader = open_reader(path, keylog, quic_ports)
+    batches = read_ahead(reader)
     try:
         for batch in batches:
-            if reader.unsupported:
-                break
             if stop is not None and stop():
                 return None
-            for columns, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
-                quicack_rows = table(columns)
-                if quicack_rows.num_rows:
-                    con.execute(f"INSERT INTO {target} SELECT * FROM quicack_rows")
+            for quicack_rows, target in zip(batch, ("c_dgram", "c_tp", "c_pkt", "c_frame")):
+                if quicack_rows.num_rows:  # (c_dgram: not the packet types the streamed rows take)
+                    columns = "* EXCLUDE (packet_types)" if target == "c_dgram" else "*"
+                    con.execute(f"INSERT INTO {target} SELECT {columns} FROM quicack_rows")
     finally:
         batches.close()
+    return outcome(reader, path)
+
+
+def open_reader(path: Path, keylog: Path | None, quic_ports):
+    """The native reader of ``path`` (QuicackError naming the byte offset if it is no capture)."""
+    from quicack._native import CaptureReader
+
+    try:
+        return CaptureReader(str(path), Path(keylog).read_bytes() if keylog else None, list(quic_ports))
+    except ValueError as e:
+        offset, what = e.args
+        raise QuicackError(what, str(path), f"byte {offset}") from None
+
+
+def outcome(reader, path: Path) -> tuple[int, str, list[str]]:
+    """Once the reader is done: (frames read, reader version, warnings); :class:`Unsupported` if
+    it found what it does not read, QuicackError if the damage left nothing before it."""
     if reader.unsupported:
         raise Unsupported(reader.unsupported)
     warnings = []
     if reader.damage is not None:
         offset, what = reader.damage
         if not reader.frames:
-            raise QuicackError(what, name, f"byte {offset}")
-        warnings.append(f"{name}: byte {offset}: {what}; kept every complete frame before it ({reader.frames})")
+            raise QuicackError(what, str(path), f"byte {offset}")
+        warnings.append(f"{path}: byte {offset}: {what}; kept every complete frame before it ({reader.frames})")
     return reader.frames, READER_VERSION, warnings
 
+
+def read_ahead(reader) -> Iterator[tuple]:
+    """The reader's batches as Arrow tables (c_dgram, c_tp, c_pkt, c_frame), each read on a thread
+    while the caller works on the one before; none once the reader finds what it does not read."""
+    from quicack.core.native import table
+
+    batches = _ahead(reader)
+    try:
+        for batch in batches:
+            if reader.unsupported:
+                return
+            yield tuple(table(columns) for columns in batch)
+    finally:
+        batches.close()
 
 
 def _ahead(reader) -> Iterator[tuple]:

@@ -29,7 +29,8 @@ import duckdb
 
 from quicack.core import gctuning
 from quicack.model import FileResult, QuicackError
-from quicack.pcap import source, staging, tshark
+from quicack.pcap import source, staging, streaming, tshark
+from quicack.pcap.staging import StagedCapture
 from quicack.pcap.normalize import normalize as normalize_capture
 from quicack.qlog import normalize, reader, slicing
 from quicack.store import amplification, analysis, keywaits, scantables, settings
@@ -48,6 +49,11 @@ SYNC_HASH_BYTES = 8 << 20
 #: tables of quicack.qlog.normalize by name.  The previous values are restored afterwards.
 INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
                    "python_enable_replacements": "true", "python_scan_all_frames": "false"}
+
+
+#: DuckDB's buffer pool while the native reader's batches are made into rows: uncommitted rows
+#: beyond it are written to the database file early, so memory stays flat whatever the capture.
+STREAM_MEMORY = "160MB"
 
 
 #: Room the store's disk keeps free beyond what a file needs.
@@ -146,7 +152,7 @@ class Ingest:
             if full:
                 return FileResult(name, "refused", error=str(full))
             if is_capture:
-                with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
+                with settings.changed(self.con, threads=None, memory_limit=STREAM_MEMORY) as saved:  # (threads: set once staged)
                     return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
                                              dissection, int(saved["threads"]), dissector=dissector)
             values = dict(INGEST_SETTINGS)
@@ -307,9 +313,11 @@ class Ingest:
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
                      quic_ports: tuple[int, ...], is_capture: bool,
                      dissection: tshark.Dissection | None = None, threads: int = 1,
-                     notes: tuple[str, ...] = (), dissector: str = "native") -> FileResult:
+                     notes: tuple[str, ...] = (), dissector: str = "native", stream: bool = True) -> FileResult:
         """Ingest one file in one transaction; ``notes``: warnings to record with it.  A file that
-        cannot be read is a refused result; DuckDB running out of memory is raised (rolled back)."""
+        cannot be read is a refused result; DuckDB running out of memory is raised (rolled back).
+        ``stream``: a capture the native reader reads is made into rows batch by batch
+        (:mod:`quicack.pcap.streaming`) unless it must be staged whole."""
         self.con.execute("BEGIN")
         try:
             ids = self._ids or _Ids(self.con)  # (read inside the transaction: the store's largest + 1)
@@ -323,14 +331,11 @@ class Ingest:
                         held.append(self._unchanged(path, digest.value(), reanalyze, keylog, is_capture))
                     return bool(held and held[0])
 
-                staged = staging.stage(self.con, path, keylog, quic_ports, dissection, dissector, stop)
+                staged = self._capture(path, file_id, first_connection, keylog, quic_ports, dissection, dissector,
+                                       stop, threads, stream)
                 if staged is None:
                     self._rollback()
                     return held[0]
-                # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
-                # committed faster by one thread than by several that wait for one another.
-                self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
-                normalize_capture(self.con, file_id, first_connection, staged)
             else:
                 staged, first_connection, unchanged = self._stage_qlog(path, name, ids, file_id, notes, report,
                                                                        lambda: digest.ready() and self._unchanged(
@@ -355,6 +360,10 @@ class Ingest:
             result = self._file_result(file_id, name, staged.warnings)
             self._commit(write_through=is_capture)
             return result
+        except streaming.Unstreamable:  # (rare: staged whole instead, from the start)
+            self._rollback()
+            return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
+                                     dissection, threads, notes, dissector, stream=False)
         except QuicackError as e:
             self._rollback()
             e.path = e.path or name  # (the normalizer knows positions, not the file)
@@ -368,6 +377,28 @@ class Ingest:
         except BaseException:
             self._rollback()
             raise
+
+    def _capture(self, path: Path, file_id: int, first_connection: int, keylog, quic_ports, dissection,
+                 dissector: str, stop, threads: int, stream: bool) -> StagedCapture | None:
+        """Read a capture into the store tables (None if ``stop()`` said to stop): the native
+        reader's batches made into rows as they come (``stream``), else staged whole and then
+        normalized."""
+        if dissector == "native" and stream:
+            if dissection is not None:
+                dissection.close()
+            with settings.changed(self.con, threads=1, allocator_flush_threshold="32MB", python_enable_replacements="true",
+                                  python_scan_all_frames="true"):
+                staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
+            if staged is not None:
+                self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
+            return staged
+        staged = staging.stage(self.con, path, keylog, quic_ports, dissection, dissector, stop)
+        if staged is not None:
+            # DuckDB splits work by row group: a smaller capture is normalized, analyzed and
+            # committed faster by one thread than by several that wait for one another.
+            self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
+            normalize_capture(self.con, file_id, first_connection, staged)
+        return staged
 
     def _stage_qlog(self, path: Path, name: str, ids: _Ids, file_id: int, notes: tuple[str, ...], report,
                     unchanged: Callable[[], FileResult | None]):

@@ -88,17 +88,17 @@ def test_a_file_that_runs_out_of_memory_among_others_is_read_again_on_its_own(fo
 
 def test_a_stored_capture_hashed_while_it_is_read_stops_at_the_next_batch(tmp_path, monkeypatch):
     # a large capture is hashed in a thread while the native reader reads it; once the hash
-    # shows it stored, reading stops (no normalization) and the file is unchanged, its rows kept
-    from quicack.pcap import nativepath
+    # shows it stored, reading stops (its rows not finished) and the file is unchanged, its rows kept
+    from quicack.pcap import nativepath, streaming
     from quicack.store import transaction
     capture = tmp_path / "cap.pcapng"
     shutil.copy(DATA / "local/aioquic-aioquic-handshake/cap.pcapng", capture)
     monkeypatch.setattr(transaction, "SYNC_HASH_BYTES", 0)  # (every file hashed in the background)
     monkeypatch.setattr(nativepath, "BATCH_DATAGRAMS", 1)
     normalized, read = [], []
-    real, real_stage = transaction.normalize_capture, nativepath.stage
-    monkeypatch.setattr(transaction, "normalize_capture", lambda *a: normalized.append(a[2]) or real(*a))
-    monkeypatch.setattr(nativepath, "stage", lambda *a: read.append(a[1]) or real_stage(*a))
+    real, real_open = streaming._Run.finish, nativepath.open_reader
+    monkeypatch.setattr(streaming._Run, "finish", lambda self, staged: normalized.append(staged) or real(self, staged))
+    monkeypatch.setattr(nativepath, "open_reader", lambda *a: read.append(a[0]) or real_open(*a))
     # (the hash not known before reading starts, known at the first batch: no race with the thread)
     asked = []
     monkeypatch.setattr(transaction._Digest, "ready", lambda self: asked.append(self) or asked.count(self) > 1)

@@ -115,6 +115,10 @@ impl State {
     /// Write a packet's row (and its frames') and count it in the datagram's flags.
     pub(super) fn emit(&mut self, frame_number: i64, rest: &[u8], row: &PacketRow, told: &mut Told) {
         told.packets += 1;
+        if !told.types.is_empty() {
+            told.types.push(',');
+        }
+        told.types.push_str(row.kind.name());
         told.initial |= row.kind == Kind::Initial;
         told.client_hello |= row.kind == Kind::ZeroRtt;
         let undecrypted = self.frames.is_empty() && !matches!(row.kind, Kind::Retry | Kind::VersionNegotiation);

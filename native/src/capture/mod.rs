@@ -49,6 +49,8 @@ struct Told {
     connection: Option<u32>,
     server_name: Option<String>,
     parameters: Vec<(u64, Vec<u8>)>,
+    /// the packets' types, comma-separated (datagrams.packet_types)
+    types: String,
 }
 
 pub struct State {
@@ -168,7 +170,7 @@ impl State {
             server_name: told.server_name.as_deref(), packets: told.packets, starts: told.starts,
             server_hello: told.server_hello, client_hello: told.client_hello, initial: told.initial,
             gso: udp_payload_bytes > 1472 && (told.undecrypted || told.long_packets > told.long_types.count_ones()),
-            decrypted: told.decrypted, malformed: told.malformed,
+            decrypted: told.decrypted, malformed: told.malformed, packet_types: &told.types,
         });
     }
 

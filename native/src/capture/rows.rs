@@ -3,7 +3,9 @@
 //! Theory of operation: the reader appends one row per UDP datagram, transport parameter
 //! datagram, QUIC packet and frame, column by column in Arrow's layout (`crate::columns`), in
 //! the column order of `quicack.pcap.staging.begin`'s temporary tables, so a batch is inserted
-//! with `INSERT INTO … SELECT *` as the tshark path's are.  Values are what the tshark path
+//! with `INSERT INTO … SELECT *` as the tshark path's are (c_dgram's last column, the packet
+//! types of `datagrams.packet_types`, left out: `quicack.pcap.streaming` takes it instead of
+//! aggregating the packets).  Values are what the tshark path
 //! stages for the same datagram (texts as tshark writes them: hexadecimal connection IDs,
 //! `0x%08x` versions, decimal transport parameters).
 
@@ -61,6 +63,7 @@ pub struct Datagram<'a> {
     pub gso: bool,
     pub decrypted: i32,
     pub malformed: bool,
+    pub packet_types: &'a str,
 }
 
 /// One QUIC packet's row of c_pkt.
@@ -99,7 +102,7 @@ impl Rows {
             i32s("dst_port"), i32s("udp_payload_bytes"), i32s("tshark_connection"), texts("server_name"),
             i32s("packets"), bools("split_ok"), bools("starts"), bools("has_server_hello"),
             bools("has_client_hello"), bools("has_initial"), bools("gso"), i32s("parsed"), i32s("decrypted"),
-            bools("malformed")]);
+            bools("malformed"), texts("packet_types")]);
         let mut tp_columns = vec![i64s("frame_number")];
         tp_columns.extend(PARAMETERS.iter().map(|(n, _)| texts(n)));
         let pkt = Table::new(vec![
@@ -140,6 +143,7 @@ impl Rows {
         c[16].i32(Some(d.packets));
         c[17].i32(Some(d.decrypted));
         c[18].bool(Some(d.malformed));
+        c[19].text(Some(d.packet_types)); // (not staged: the streamed datagrams row takes it)
     }
 
     /// A c_tp row: the first value of each parameter the datagram's handshake messages carried.
