@@ -152,7 +152,7 @@ class Ingest:
             if full:
                 return FileResult(name, "refused", error=str(full))
             if is_capture:
-                with settings.changed(self.con, threads=None, memory_limit=STREAM_MEMORY) as saved:  # (threads: set once staged)
+                with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
                     return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
                                              dissection, int(saved["threads"]), dissector=dissector)
             values = dict(INGEST_SETTINGS)
@@ -386,8 +386,8 @@ class Ingest:
         if dissector == "native" and stream:
             if dissection is not None:
                 dissection.close()
-            with settings.changed(self.con, threads=1, allocator_flush_threshold="32MB", python_enable_replacements="true",
-                                  python_scan_all_frames="true"):
+            with settings.changed(self.con, threads=1, memory_limit=STREAM_MEMORY, allocator_flush_threshold="32MB",
+                                  python_enable_replacements="true", python_scan_all_frames="true"):
                 staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
             if staged is not None:
                 self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
