@@ -51,9 +51,15 @@ INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
                    "python_enable_replacements": "true", "python_scan_all_frames": "false"}
 
 
-#: DuckDB's buffer pool while the native reader's batches are made into rows: uncommitted rows
-#: beyond it are written to the database file early, so memory stays flat whatever the capture.
+#: DuckDB's buffer pool while the native reader's batches are made into rows, analyzed and
+#: committed: uncommitted rows beyond it are written to the database file early, so memory stays
+#: flat whatever the capture (a capture for which it is too small is read again, staged whole).
 STREAM_MEMORY = "160MB"
+
+#: … and the other settings then: the allocator hands freed memory back sooner; the statements
+#: read each batch's Arrow tables by their Python names (not registered: see quicack.pcap.streaming)
+STREAM_SETTINGS = {"allocator_flush_threshold": "32MB", "python_enable_replacements": "true",
+                   "python_scan_all_frames": "true"}
 
 
 #: Room the store's disk keeps free beyond what a file needs.
@@ -112,6 +118,7 @@ class Ingest:
         #: a fatal error invalidated the database: the store must be opened again
         self.invalidated = False
         self._folder = store_folder(con)  # (asked now: an invalidated database answers nothing)
+        self._usual_memory: str | None = None  # (DuckDB's memory limit outside a streamed capture)
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
@@ -152,9 +159,8 @@ class Ingest:
             if full:
                 return FileResult(name, "refused", error=str(full))
             if is_capture:
-                with settings.changed(self.con, threads=None) as saved:  # (set once the capture is staged)
-                    return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
-                                             dissection, int(saved["threads"]), dissector=dissector)
+                return self._capture_file(path, name, digest, reanalyze, report, keylog, quic_ports, dissection,
+                                          dissector)
             values = dict(INGEST_SETTINGS)
             if size <= slicing.SLICE_BYTES:
                 # A file of one slice is ingested with DuckDB on one thread: its statements over a
@@ -360,8 +366,10 @@ class Ingest:
             result = self._file_result(file_id, name, staged.warnings)
             self._commit(write_through=is_capture)
             return result
-        except streaming.Unstreamable:  # (rare: staged whole instead, from the start)
+        except streaming.Unstreamable:  # (rare: staged whole instead, from the start, with the usual memory)
             self._rollback()
+            if self._usual_memory is not None:
+                settings.restore(self.con, "memory_limit", self._usual_memory)
             return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
                                      dissection, threads, notes, dissector, stream=False)
         except QuicackError as e:
@@ -378,6 +386,20 @@ class Ingest:
             self._rollback()
             raise
 
+    def _capture_file(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog, quic_ports,
+                      dissection, dissector: str) -> FileResult:
+        """:meth:`file` for a capture: DuckDB's threads are set once it is staged, its memory limit
+        if it streams (:meth:`_capture`); both restored after it."""
+        with settings.changed(self.con, threads=None, memory_limit=None, **dict.fromkeys(STREAM_SETTINGS)) as saved:
+            self._usual_memory = saved["memory_limit"]
+            try:
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
+                                         dissection, int(saved["threads"]), dissector=dissector)
+            except duckdb.OutOfMemoryException:  # (rolled back) the capped buffer pool was too small
+                settings.restore(self.con, "memory_limit", saved["memory_limit"])
+                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
+                                         dissection, int(saved["threads"]), dissector=dissector, stream=False)
+
     def _capture(self, path: Path, file_id: int, first_connection: int, keylog, quic_ports, dissection,
                  dissector: str, stop, threads: int, stream: bool) -> StagedCapture | None:
         """Read a capture into the store tables (None if ``stop()`` said to stop): the native
@@ -386,9 +408,11 @@ class Ingest:
         if dissector == "native" and stream:
             if dissection is not None:
                 dissection.close()
-            with settings.changed(self.con, threads=1, memory_limit=STREAM_MEMORY, allocator_flush_threshold="32MB",
-                                  python_enable_replacements="true", python_scan_all_frames="true"):
-                staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
+            # (set, not changed for a block: restoring a setting fails in a transaction DuckDB aborted;
+            # _capture_file restores them, the buffer pool capped for the analyses and the commit too)
+            for setting, value in dict(STREAM_SETTINGS, memory_limit=STREAM_MEMORY, threads=1).items():
+                self.con.execute(f"SET {setting} = '{value}'")
+            staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
             if staged is not None:
                 self.con.execute(f"SET threads = {1 if staged.frames < ONE_THREAD_FRAMES else threads}")
             return staged

@@ -94,3 +94,18 @@ def test_a_packet_earlier_than_its_connections_first_makes_the_capture_staged_wh
     streamed, why = _read(capture, tmp_path / "streamed.duckdb", monkeypatch, stream=True, batch=2)
     assert why == ["a packet earlier than the first of its connection"]
     assert streamed == whole and whole["packets"]
+
+
+def test_a_buffer_pool_too_small_for_a_streamed_capture_reads_it_again_staged_whole(tmp_path, monkeypatch):
+    from quicack.store import transaction
+    whole, _ = _read(HANDSHAKE, tmp_path / "whole.duckdb", monkeypatch, stream=False)
+    batches = []
+    real = streaming._Run.batch
+    monkeypatch.setattr(streaming._Run, "batch", lambda self, *tables: batches.append(1) or real(self, *tables))
+    monkeypatch.setattr(transaction, "STREAM_MEMORY", "2MB")
+    with Store(tmp_path / "again.duckdb") as store:
+        usual = store.con.execute("SELECT current_setting('memory_limit')").fetchall()
+        result = store.ingest(HANDSHAKE)
+        assert result.status == "ingested" and batches  # (streaming began, ran out of memory, staged whole)
+        assert _stored(store) == whole
+        assert store.con.execute("SELECT current_setting('memory_limit')").fetchall() == usual
