@@ -172,6 +172,7 @@ class _Run:
         self.malformed = 0
         self.not_decrypted: dict[str, int] = {}  # packet type → packets
         self.versions: set[str] = set()
+        self._issues = True  # (the batch has GSO super-frames, malformed or undecrypted datagrams)
 
     def batch(self, dgram: pa.Table, tp: pa.Table, pkt: pa.Table, frame: pa.Table) -> None:
         """Make one batch's rows, those of connections whose sender is not known yet held back."""
@@ -185,7 +186,7 @@ class _Run:
         if waiting:
             self._hold(waiting)
         if len(waiting) < len(present):
-            self._make("b", [t for t in present if t not in set(waiting)])
+            self._make("b", [t for t in present if t not in set(waiting)], issues=self._issues)
 
     def _learn(self, parameters: int) -> list[int]:
         """Take in what the batch tells of its connections; its tshark connections."""
@@ -198,6 +199,7 @@ class _Run:
             FROM b_dgram""").fetchall()[0]
         if null:
             raise Unstreamable("a QUIC datagram without a connection number")
+        self._issues = bool(gso or malformed or not_decrypted)  # (capture_issues: none in most batches)
         self.udp += udp
         self.malformed += malformed
         if not_quic:
@@ -248,7 +250,9 @@ class _Run:
             c.packets += int(packets)
             c.datagrams += datagrams
             c.not_decrypted += int(undecrypted)
-        self._learn_packets(not_decrypted)
+        long_headers = con.execute("SELECT count(*) FROM b_pkt WHERE header_form = 1").fetchall()[0][0]
+        if long_headers or not_decrypted:
+            self._learn_packets(not_decrypted)
         if parameters:
             self._learn_parameters()
         return present
@@ -306,9 +310,9 @@ class _Run:
         con.execute("INSERT INTO p_frame SELECT * FROM b_frame WHERE frame_number IN (SELECT * FROM s_held)")
         con.execute("DROP TABLE s_held")
 
-    def _make(self, prefix: str, tsharks: list[int]) -> None:
+    def _make(self, prefix: str, tsharks: list[int], issues: bool = True) -> None:
         """The rows of the datagrams in ``{prefix}_dgram`` etc. of the tshark connections
-        ``tsharks`` (their senders known)."""
+        ``tsharks`` (their senders known); ``issues``: whether some may be capture issues."""
         con, known = self.con, self.connections
         conns = {id(known.by_tshark[t]): known.by_tshark[t] for t in tsharks}.values()
         s_tc, s_conn = _tc_table(known, tsharks), _conn_table(conns)  # noqa: F841 (read by name)
@@ -325,7 +329,8 @@ class _Run:
               "TRY_CAST(server_exponent AS INTEGER) FROM s_conn WHERE server_tp)")
         normalize.insert_events(con, pk=pk, frame=f"{prefix}_frame", cstart="s_conn", tp=tp)
         normalize.insert_datagrams(con, dgram=f"{prefix}_dgram", dmap=dmap, cstart="s_conn", pkt=None)
-        normalize.insert_issues(con, self.file_id, dgram=f"{prefix}_dgram", dmap=dmap, pk=pk)
+        if issues:
+            normalize.insert_issues(con, self.file_id, dgram=f"{prefix}_dgram", dmap=dmap, pk=pk)
         for c in conns:
             c.made = True
 
