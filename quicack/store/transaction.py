@@ -53,7 +53,7 @@ INGEST_SETTINGS = {"memory_limit": "80MB", "allocator_flush_threshold": "32MB",
 
 #: DuckDB's buffer pool while the native reader's batches are made into rows, analyzed and
 #: committed: uncommitted rows beyond it are written to the database file early, so memory stays
-#: flat whatever the capture (a capture for which it is too small is read again, staged whole).
+#: flat whatever the capture (a capture whose analyses need more is read again without the cap).
 STREAM_MEMORY = "160MB"
 
 #: … and the other settings then: the allocator hands freed memory back sooner; the statements
@@ -119,6 +119,7 @@ class Ingest:
         self.invalidated = False
         self._folder = store_folder(con)  # (asked now: an invalidated database answers nothing)
         self._usual_memory: str | None = None  # (DuckDB's memory limit outside a streamed capture)
+        self._capped = True  # (a streamed capture's buffer pool is capped: STREAM_MEMORY)
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
@@ -391,14 +392,15 @@ class Ingest:
         """:meth:`file` for a capture: DuckDB's threads are set once it is staged, its memory limit
         if it streams (:meth:`_capture`); both restored after it."""
         with settings.changed(self.con, threads=None, memory_limit=None, **dict.fromkeys(STREAM_SETTINGS)) as saved:
-            self._usual_memory = saved["memory_limit"]
+            self._usual_memory, self._capped = saved["memory_limit"], True
             try:
                 return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
                                          dissection, int(saved["threads"]), dissector=dissector)
             except duckdb.OutOfMemoryException:  # (rolled back) the capped buffer pool was too small
                 settings.restore(self.con, "memory_limit", saved["memory_limit"])
+                self._capped = False
                 return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
-                                         dissection, int(saved["threads"]), dissector=dissector, stream=False)
+                                         dissection, int(saved["threads"]), dissector=dissector)
 
     def _capture(self, path: Path, file_id: int, first_connection: int, keylog, quic_ports, dissection,
                  dissector: str, stop, threads: int, stream: bool) -> StagedCapture | None:
@@ -410,7 +412,8 @@ class Ingest:
                 dissection.close()
             # (set, not changed for a block: restoring a setting fails in a transaction DuckDB aborted;
             # _capture_file restores them, the buffer pool capped for the analyses and the commit too)
-            for setting, value in dict(STREAM_SETTINGS, memory_limit=STREAM_MEMORY, threads=1).items():
+            capped = {"memory_limit": STREAM_MEMORY} if self._capped else {}
+            for setting, value in dict(STREAM_SETTINGS, threads=1, **capped).items():
                 self.con.execute(f"SET {setting} = '{value}'")
             staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
             if staged is not None:
