@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,12 +49,32 @@ from quicack.pcap.fields import ALL_FIELDS  # noqa: E402
 PEAK_MB: list[float] = [0.0]
 
 
+#: Resident memory (MB) of the last process :func:`wall` waited for, sampled every 0.1 s.
+RESIDENT_MB: list[float] = []
+
+
+def _sample(pid: int, done: threading.Event) -> None:
+    RESIDENT_MB.clear()
+    while not done.wait(0.1):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                RESIDENT_MB.append(int(f.read().split("VmRSS:")[1].split()[0]) / 1024)
+        except (OSError, IndexError):
+            return
+
+
 def wall(cmd: list[str], **kwargs) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its children); its peak memory in PEAK_MB."""
+    """(wall seconds, CPU seconds of the process and its children); its peak memory in PEAK_MB,
+    its resident memory through the run in RESIDENT_MB."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, **kwargs)
+    done = threading.Event()
+    sampler = threading.Thread(target=_sample, args=(proc.pid, done), daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
+    done.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
     if proc.returncode:
@@ -175,6 +196,7 @@ def main() -> None:
             reader_runs.append(native_reader(capture, keylog))
             native_runs.append(quicack_analyze(capture, keylog, workdir, "native"))
             peaks["native"] = max(peaks["native"], PEAK_MB[0])
+            resident = list(RESIDENT_MB)
             ingest_runs.append(quicack_analyze(capture, keylog, workdir, "tshark"))
             peaks["tshark"] = max(peaks["tshark"], PEAK_MB[0])
         t_raw, cpu_raw = min(raw_runs)
@@ -206,6 +228,11 @@ def main() -> None:
         print(f"peak memory (MB): native reader alone {max(r[2] for r in reader_runs):.0f}, quicack analyze "
               f"--dissector native {peaks['native']:.0f}, --dissector tshark {peaks['tshark']:.0f} "
               f"(capture {size / 1e6:.0f} MB)")
+        if resident:  # (flat: the same at a quarter of the run as at three quarters, whatever the size)
+            tenths = [max(resident[len(resident) * k // 10:max(len(resident) * (k + 1) // 10, 1 + len(resident) * k // 10)])
+                      for k in range(10)]
+            print("quicack analyze --dissector native, resident memory through its last run, peak of each tenth (MB): "
+                  + " ".join(f"{m:.0f}" for m in tenths))
         targets = [("native reader ≥ 10× raw tshark (≥ 30k decrypted packets)", rows[1][1] / raw_rate, 10, 30_000),
                    ("quicack analyze (native) ≥ 5× raw tshark (≥ 500k packets)", rows[2][1] / raw_rate, 5, 500_000),
                    ("quicack analyze --dissector tshark ≥ 0.7× raw tshark", rows[3][1] / raw_rate, 0.7, 30_000)]
