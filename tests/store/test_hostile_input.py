@@ -142,7 +142,7 @@ def test_a_disk_that_fills_at_commit_refuses_that_file_with_one_line_and_the_bat
     after = _counts(db)
     assert after["files"] >= before["files"]  # (what was committed is there)
     again = ingest.analyze(files, db=db)  # (room again: the refused files are read now)
-    assert again.count("refused") == 0
+    assert again.count("refused") == 0, [f.error for f in again.files if f.status == "refused"]
 
 
 # --- 5. special files ----------------------------------------------------------------------------
