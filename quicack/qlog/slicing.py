@@ -156,8 +156,14 @@ class Source:
 #: removed at once, and read through its descriptor's name, so that nothing is left behind when
 #: the process is killed.
 _PROC_FD = "/proc/self/fd"
-#: descriptor names of removed temporary files → the descriptor keeping each alive
-_KEPT: dict[str, int] = {}
+#: descriptor names of removed temporary files → the descriptor keeping each alive, and the name
+#: given out (a :class:`_Name`: a name is another file's as soon as its descriptor is closed, so a
+#: second removal of an old name must not close the new file's descriptor)
+_KEPT: dict[str, tuple[int, str]] = {}
+
+
+class _Name(str):
+    """A removed temporary file's descriptor name, told from a later file's equal name by identity."""
 _KEPT_LOCK = threading.Lock()
 #: free space left aside beyond what a temporary file needs
 SPARE_BYTES = 16 << 20
@@ -194,18 +200,23 @@ def temp_file(suffix: str, size: int = SLICE_BYTES) -> tuple[int, str]:
     except OSError:
         return fd, tmp
     os.unlink(tmp)
-    name = f"{_PROC_FD}/{keep}"
+    name = _Name(f"{_PROC_FD}/{keep}")
     with _KEPT_LOCK:
-        _KEPT[name] = keep
+        _KEPT[name] = (keep, name)
     return fd, name
 
 
 def unlink(path: str) -> None:
-    """Remove a temporary file (close a removed one's descriptor)."""
+    """Remove a temporary file (close a removed one's descriptor, unless ``path`` was removed
+    before and the name is now another file's: ingests on other threads make new ones)."""
     with _KEPT_LOCK:
-        keep = _KEPT.pop(path, None)
-    if keep is not None:
-        os.close(keep)
+        kept = _KEPT.get(path)
+        if kept is not None and kept[1] is path:
+            del _KEPT[path]
+        else:
+            kept = None
+    if kept is not None:
+        os.close(kept[0])
     if path.startswith(_PROC_FD + "/"):
         return  # (closed now, or before)
     try:

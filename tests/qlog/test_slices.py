@@ -748,3 +748,21 @@ def test_odd_values_give_the_same_rows_through_every_reading_path(tmp_path, monk
     assert len(first["packets"]) == 1 + 3 * 9 and len(first["other_events"]) == 9
     for key, snap in got.items():
         assert snap == first, key
+
+
+def test_a_temporary_file_removed_twice_leaves_the_file_that_took_its_name_alone():
+    # ingests on two threads: one removed its temporary file (its descriptor name freed), the
+    # other made one with the same name, then the first removed its own again (Source.close):
+    # that closed the other's descriptor, and its slice read as "cannot read: None" (clean-clone CI)
+    fd, first = slicing.temp_file(".json", 1)
+    os.close(fd)
+    slicing.unlink(first)
+    fd, second = slicing.temp_file(".json", 1)
+    with os.fdopen(fd, "wb") as out:
+        out.write(b"[1]")
+    assert second == first  # (the lowest free descriptor: the same name)
+    slicing.unlink(first)
+    with open(second, "rb") as f:
+        assert f.read() == b"[1]"
+    slicing.unlink(second)
+    assert second not in slicing._KEPT
