@@ -186,7 +186,8 @@ class _Run:
         if waiting:
             self._hold(waiting)
         if len(waiting) < len(present):
-            self._make("b", [t for t in present if t not in set(waiting)], issues=self._issues)
+            self._make("b", [t for t in present if self.connections.by_tshark[t].server is not None],
+                       issues=self._issues)
 
     def _learn(self, parameters: int) -> list[int]:
         """Take in what the batch tells of its connections; its tshark connections."""
@@ -225,13 +226,12 @@ class _Run:
                    count(*) FILTER (WHERE NOT gso OR decrypted > 0),
                    coalesce(sum(packets - decrypted) FILTER (WHERE NOT gso), 0)
             FROM b_dgram WHERE packets > 0 AND split_ok GROUP BY ALL ORDER BY 3""").fetchall()
-        present = []
+        present: dict[int, None] = {}  # (in the order of their first datagrams)
         for (tshark, src, first, dst, starts, sh, ch, initial, sn_frame, sn, superframes, servers,
              src_port, dst_port, first_ns, last_ns, packets, datagrams, undecrypted) in groups:
             if tshark not in known.by_tshark:
                 known.add(tshark, first, src, dst, starts)
-            if tshark not in present:
-                present.append(tshark)
+            present[tshark] = None
             c = known.by_tshark[tshark]
             for attr, frame in (("server", sh), ("client", ch), ("initial", initial)):
                 if frame is not None and (getattr(c, attr) is None or frame < getattr(c, attr)[0]):
@@ -255,7 +255,7 @@ class _Run:
             self._learn_packets(not_decrypted)
         if parameters:
             self._learn_parameters()
-        return present
+        return list(present)
 
     def _learn_packets(self, not_decrypted: int) -> None:
         """First Initial DCIDs and versions per connection (long header packets); the types of the
@@ -302,13 +302,10 @@ class _Run:
     def _hold(self, waiting: list[int]) -> None:
         """Keep the batch's rows of connections whose sender is not known yet."""
         con = self.con
-        b_waiting = pa.table({"tshark_connection": pa.array(waiting, pa.int32())})  # noqa: F841
-        con.execute("""CREATE OR REPLACE TEMP TABLE s_held AS SELECT frame_number FROM b_dgram
-                       WHERE tshark_connection IN (SELECT tshark_connection FROM b_waiting)""")
-        con.execute("INSERT INTO p_dgram SELECT * FROM b_dgram WHERE frame_number IN (SELECT * FROM s_held)")
-        con.execute("INSERT INTO p_pkt SELECT * FROM b_pkt WHERE frame_number IN (SELECT * FROM s_held)")
-        con.execute("INSERT INTO p_frame SELECT * FROM b_frame WHERE frame_number IN (SELECT * FROM s_held)")
-        con.execute("DROP TABLE s_held")
+        b_waiting = pa.table({"tshark_connection": pa.array(waiting, pa.int32())})  # noqa: F841 (read by name)
+        held = "(SELECT frame_number FROM b_dgram WHERE tshark_connection IN (SELECT * FROM b_waiting))"
+        for table in ("dgram", "pkt", "frame"):
+            con.execute(f"INSERT INTO p_{table} SELECT * FROM b_{table} WHERE frame_number IN {held}")
 
     def _make(self, prefix: str, tsharks: list[int], issues: bool = True) -> None:
         """The rows of the datagrams in ``{prefix}_dgram`` etc. of the tshark connections

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import os
 import queue
@@ -118,8 +119,6 @@ class Ingest:
         #: a fatal error invalidated the database: the store must be opened again
         self.invalidated = False
         self._folder = store_folder(con)  # (asked now: an invalidated database answers nothing)
-        self._usual_memory: str | None = None  # (DuckDB's memory limit outside a streamed capture)
-        self._capped = True  # (a streamed capture's buffer pool is capped: STREAM_MEMORY)
 
     def file(self, path: str | Path, reanalyze: bool = False, keylog: str | Path | None = None,
              quic_ports: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
@@ -320,11 +319,13 @@ class Ingest:
     def _transaction(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog,
                      quic_ports: tuple[int, ...], is_capture: bool,
                      dissection: tshark.Dissection | None = None, threads: int = 1,
-                     notes: tuple[str, ...] = (), dissector: str = "native", stream: bool = True) -> FileResult:
+                     notes: tuple[str, ...] = (), dissector: str = "native", stream: bool = True,
+                     cap: str | None = None) -> FileResult:
         """Ingest one file in one transaction; ``notes``: warnings to record with it.  A file that
         cannot be read is a refused result; DuckDB running out of memory is raised (rolled back).
         ``stream``: a capture the native reader reads is made into rows batch by batch
-        (:mod:`quicack.pcap.streaming`) unless it must be staged whole."""
+        (:mod:`quicack.pcap.streaming`), DuckDB's buffer pool ``cap`` if given; else staged whole
+        (:class:`quicack.pcap.streaming.Unstreamable` is raised, rolled back, if it must be)."""
         self.con.execute("BEGIN")
         try:
             ids = self._ids or _Ids(self.con)  # (read inside the transaction: the store's largest + 1)
@@ -339,7 +340,7 @@ class Ingest:
                     return bool(held and held[0])
 
                 staged = self._capture(path, file_id, first_connection, keylog, quic_ports, dissection, dissector,
-                                       stop, threads, stream)
+                                       stop, threads, stream, cap)
                 if staged is None:
                     self._rollback()
                     return held[0]
@@ -367,12 +368,6 @@ class Ingest:
             result = self._file_result(file_id, name, staged.warnings)
             self._commit(write_through=is_capture)
             return result
-        except streaming.Unstreamable:  # (rare: staged whole instead, from the start, with the usual memory)
-            self._rollback()
-            if self._usual_memory is not None:
-                settings.restore(self.con, "memory_limit", self._usual_memory)
-            return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, is_capture,
-                                     dissection, threads, notes, dissector, stream=False)
         except QuicackError as e:
             self._rollback()
             e.path = e.path or name  # (the normalizer knows positions, not the file)
@@ -389,30 +384,33 @@ class Ingest:
 
     def _capture_file(self, path: Path, name: str, digest: "_Digest", reanalyze: bool, report, keylog, quic_ports,
                       dissection, dissector: str) -> FileResult:
-        """:meth:`file` for a capture: DuckDB's threads are set once it is staged, its memory limit
-        if it streams (:meth:`_capture`); both restored after it."""
+        """:meth:`file` for a capture: streamed with DuckDB's buffer pool capped (:meth:`_capture`),
+        again with the usual limit if that ran out of memory, staged whole if it cannot stream;
+        DuckDB's settings restored after it."""
         with settings.changed(self.con, threads=None, memory_limit=None, **dict.fromkeys(STREAM_SETTINGS)) as saved:
-            self._usual_memory, self._capped = saved["memory_limit"], True
+            attempt = functools.partial(self._transaction, path, name, digest, reanalyze, report, keylog, quic_ports,
+                                        True, dissection, int(saved["threads"]), dissector=dissector)
             try:
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
-                                         dissection, int(saved["threads"]), dissector=dissector)
-            except duckdb.OutOfMemoryException:  # (rolled back) the capped buffer pool was too small
+                try:
+                    return attempt(cap=STREAM_MEMORY)
+                except duckdb.OutOfMemoryException:  # (rolled back) the capped buffer pool was too small
+                    settings.restore(self.con, "memory_limit", saved["memory_limit"])
+                    return attempt()
+            except streaming.Unstreamable:  # (rolled back; rare) staged whole, with the usual limit
                 settings.restore(self.con, "memory_limit", saved["memory_limit"])
-                self._capped = False
-                return self._transaction(path, name, digest, reanalyze, report, keylog, quic_ports, True,
-                                         dissection, int(saved["threads"]), dissector=dissector)
+                return attempt(stream=False)
 
     def _capture(self, path: Path, file_id: int, first_connection: int, keylog, quic_ports, dissection,
-                 dissector: str, stop, threads: int, stream: bool) -> StagedCapture | None:
+                 dissector: str, stop, threads: int, stream: bool, cap: str | None) -> StagedCapture | None:
         """Read a capture into the store tables (None if ``stop()`` said to stop): the native
-        reader's batches made into rows as they come (``stream``), else staged whole and then
-        normalized."""
+        reader's batches made into rows as they come (``stream``; ``cap``: DuckDB's buffer pool
+        then), else staged whole and then normalized."""
         if dissector == "native" and stream:
             if dissection is not None:
                 dissection.close()
             # (set, not changed for a block: restoring a setting fails in a transaction DuckDB aborted;
             # _capture_file restores them, the buffer pool capped for the analyses and the commit too)
-            capped = {"memory_limit": STREAM_MEMORY} if self._capped else {}
+            capped = {"memory_limit": cap} if cap else {}
             for setting, value in dict(STREAM_SETTINGS, threads=1, **capped).items():
                 self.con.execute(f"SET {setting} = '{value}'")
             staged = streaming.ingest(self.con, path, keylog, quic_ports, file_id, first_connection, stop)
