@@ -52,8 +52,7 @@ def _each_once_with_its_vantage(probes: list[tuple], names: int, repetitions: in
 
 def test_two_vantage_workers_probe_every_target_and_repetition_once(tmp_path, servers):
     with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
-        done = quicack(*_arguments(tmp_path, servers, 8, "-n", "2", "--spacing-s", "0.05", "--cluster",
-                                   cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"))
+        done = quicack(*_arguments(tmp_path, servers, 8, "-n", "2", "--spacing-s", "0.05"), *_vantages(cluster))
     assert done.returncode == 0, done.stderr
     assert "vantage hamburg: 8 probes" in done.stdout and "vantage sao-paulo: 8 probes" in done.stdout
     probes = _probes(tmp_path)
@@ -85,6 +84,11 @@ def _the_report_compares_the_vantages(tmp_path):
     assert table[("hamburg", "all")]["iack_pct"] == 0.0 and table[("sao-paulo", "all")]["iack_pct"] == 100.0
 
 
+def _vantages(cluster) -> list[str]:
+    """The scan's options: vantage hamburg on worker w1, sao-paulo on w2."""
+    return ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
+
+
 def _started(tmp_path, arguments: list[str]) -> tuple[subprocess.Popen, object]:
     """The scan started in a child process, once vantage hamburg has stored two probes; and the
     path of hamburg's progress file."""
@@ -102,7 +106,7 @@ def test_a_vantage_worker_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
     arguments = _arguments(tmp_path, servers, 12, "-n", "3", "--spacing-s", "0.3", "--concurrency", "2",
                            "--shards", str(tmp_path / "shards"))
     with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
-        vantage = ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
+        vantage = _vantages(cluster)
         run, progress = _started(tmp_path, [*arguments, *vantage])
         cluster.kill("w1")
         out, err = run.communicate(timeout=300)
@@ -126,7 +130,7 @@ def test_a_client_killed_mid_scan_resumes_on_rerun(tmp_path, servers):
     arguments = _arguments(tmp_path, servers, 8, "-n", "3", "--spacing-s", "0.3", "--concurrency", "2",
                            "--shards", str(tmp_path / "shards"))
     with DaskCluster(tmp_path, ["w1", "w2"]) as cluster:
-        vantage = ["--cluster", cluster.address, "--vantage", "hamburg=w1", "--vantage", "sao-paulo=w2"]
+        vantage = _vantages(cluster)
         run, progress = _started(tmp_path, [*arguments, *vantage])
         # (read as the client is killed: hamburg's worker goes on with its task and its file after it)
         done_at_kill = json.loads(progress.read_text())["done"]
