@@ -172,17 +172,13 @@ def compare(a, b, keylog, tolerance_ms, strict, limit, dissectors):
     ACK delays within one encoding step), and times further apart than --tolerance-ms.  Exits 0
     when the views agree, 1 when they differ or a file cannot be read.
     """
-    from quicack.store.compare import compare_files
+    from quicack.store.compare import compare_files, ingest_both
     from quicack.store.database import Store
     if len(dissectors) > 2:
         fail(QuicackError("--dissector: at most twice (A's reader, then B's)"))
     readers = (list(dissectors) * 2)[:2] if dissectors else ["native", "native"]
     with Store(":memory:") as store:
-        results = [store.ingest(a, keylog=keylog, dissector=readers[0])]
-        if readers[0] != readers[1]:  # the same bytes read by another reader are another file here
-            store.con.execute("UPDATE files SET content_sha256 = content_sha256 || ':' || ? WHERE file_id = 1",
-                              [readers[0]])
-        results.append(store.ingest(b, keylog=keylog, dissector=readers[1]))
+        results = ingest_both(store, a, b, keylog, tuple(readers))
         for r in results:
             for w in r.warnings:
                 click.echo(f"warning: {w}", err=True)

@@ -59,6 +59,17 @@ def _vantage_side(con, connection_id: int) -> str | None:
     return vantage if vantage in ("client", "server") else None
 
 
+def ingest_both(store, a, b, keylog=None, readers: tuple[str, str] = ("native", "native")) -> list:
+    """Ingest ``a`` and ``b`` into ``store``, each read by its reader (staging.DISSECTORS); their
+    results.  One capture read by two readers is two files here: the first is stored under its
+    hash marked with its reader, so that the second is not taken for it unchanged."""
+    first = store.ingest(a, keylog=keylog, dissector=readers[0])
+    if readers[0] != readers[1] and first.file_id is not None:
+        store.con.execute("UPDATE files SET content_sha256 = content_sha256 || ':' || ? WHERE file_id = ?",
+                          [readers[0], first.file_id])
+    return [first, store.ingest(b, keylog=keylog, dissector=readers[1])]
+
+
 def pair_connections(con: duckdb.DuckDBPyConnection, file_a: int, file_b: int) -> list[tuple[int, int]]:
     """Connections of two files with the same ODCID (or the only one of each file, if one of them
     has no ODCID)."""
