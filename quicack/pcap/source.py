@@ -17,6 +17,8 @@ import gzip
 import hashlib
 from pathlib import Path
 
+from quicack.model import QuicackError
+
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 _MAGIC = {b"\xa1\xb2\xc3\xd4": "pcap", b"\xd4\xc3\xb2\xa1": "pcap", b"\xa1\xb2\x3c\x4d": "pcap",
           b"\x4d\x3c\xb2\xa1": "pcap", b"\x0a\x0d\x0d\x0a": "pcapng"}
@@ -37,6 +39,14 @@ def capture_format(path: Path) -> str | None:
     return _MAGIC.get(head)
 
 
+def required_format(path: Path) -> str:
+    """:func:`capture_format`, QuicackError naming byte 0 if ``path`` is no capture."""
+    fmt = capture_format(path)
+    if fmt is None:
+        raise QuicackError("not a pcap or pcapng capture (unknown magic number)", str(path), "byte 0")
+    return fmt
+
+
 def is_capture(path: Path) -> bool:
     return capture_format(path) is not None or path.name.lower().endswith(CAPTURE_SUFFIXES)
 
@@ -54,6 +64,14 @@ def find_keylog(path: Path) -> Path | None:
             return candidate
     others = sorted(folder.glob("*.keys"))
     return others[0] if len(others) == 1 else None
+
+
+def keylog_for(path: Path, keylog: Path | str | None) -> Path | None:
+    """The key log to decrypt ``path`` with: the one given (QuicackError if it does not exist),
+    else the one beside it, if any."""
+    if keylog is not None and not Path(keylog).is_file():
+        raise QuicackError("no such key log file", str(keylog))
+    return Path(keylog) if keylog is not None else find_keylog(path)
 
 
 def secrets_fingerprint(path: Path, keylog: Path | None) -> str | None:

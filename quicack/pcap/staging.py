@@ -47,6 +47,13 @@ class StagedCapture:
     events: int = 0  # QUIC packets stored (set by quicack.pcap.normalize.normalize)
     qlog_version: str | None = None  # for the files row: captures have none
 
+    @classmethod
+    def read(cls, path: Path, fmt: str, version: str, keylog: Path | None, ports: list[int], frames: int,
+             warnings: list[str]) -> "StagedCapture":
+        """A capture read by ``version`` (tshark's, or the native reader's) with ``keylog``."""
+        return cls(str(path), fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
+                   source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+
 
 #: The readers of captures: quicack's own (the default) and tshark (the reference and fallback).
 DISSECTORS = ("native", "tshark")
@@ -61,11 +68,12 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
     :class:`Staging`).  Raise QuicackError if the capture is unreadable or holds no QUIC packet.
     ``stop``: asked between the native reader's batches; None is returned when it says to stop."""
     name = str(path)
-    fmt = source.capture_format(path)
-    if fmt is None:
+    try:
+        fmt = source.required_format(path)
+    except QuicackError:
         if dissection is not None:
             dissection.close()
-        raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
+        raise
     fallback = None
     if dissector == "native":
         if dissection is not None:
@@ -84,10 +92,7 @@ def stage(con, path: Path, keylog: Path | None = None, quic_ports: list[int] | t
 def _stage_native(con, path: Path, fmt: str, keylog, quic_ports, stop=None) -> StagedCapture | None:
     """Stage ``path`` read by the native reader (None: ``stop`` said to stop);
     nativepath.Unsupported if tshark must read it."""
-    name = str(path)
-    if keylog is not None and not Path(keylog).is_file():
-        raise QuicackError("no such key log file", str(keylog))
-    keylog = Path(keylog) if keylog is not None else source.find_keylog(path)
+    keylog = source.keylog_for(path, keylog)
     ports = sorted(set(quic_ports))
     begin(con)
     with settings.changed(con, threads=1):
@@ -102,8 +107,7 @@ def _stage_native(con, path: Path, fmt: str, keylog, quic_ports, stop=None) -> S
             if read is None:
                 return None
         frames, version, warnings = read
-    staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
-                           source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+    staged = StagedCapture.read(path, fmt, version, keylog, ports, frames, warnings)
     _require_quic(con, staged)
     return staged
 
@@ -130,8 +134,7 @@ def _stage_tshark(con, path: Path, fmt: str, keylog, quic_ports, dissection) -> 
         if dissection is not None:
             dissection.close()
     version = tshark.dissector_version(version, dissection.binary, name)
-    staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
-                           source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+    staged = StagedCapture.read(path, fmt, version, keylog, ports, frames, warnings)
     _require_quic(con, staged)
     return staged
 

@@ -117,12 +117,8 @@ def ingest(con, path: Path, keylog: Path | None, quic_ports, file_id: int, first
     holds the transaction); None if ``stop()`` said to stop.  :class:`Unstreamable` if it must be
     staged whole (the caller rolls back), QuicackError if it is no capture or holds no QUIC."""
     name = str(path)
-    fmt = source.capture_format(path)
-    if fmt is None:
-        raise QuicackError("not a pcap or pcapng capture (unknown magic number)", name, "byte 0")
-    if keylog is not None and not Path(keylog).is_file():
-        raise QuicackError("no such key log file", str(keylog))
-    keylog = Path(keylog) if keylog is not None else source.find_keylog(path)
+    fmt = source.required_format(path)
+    keylog = source.keylog_for(path, keylog)
     ports = sorted(set(quic_ports))
     begin(con)
     for table in ("c_dgram", "c_tp", "c_pkt", "c_frame"):  # (the held rows' tables: the same columns)
@@ -147,8 +143,7 @@ def ingest(con, path: Path, keylog: Path | None, quic_ports, file_id: int, first
     forced = sorted(run.servers & run.not_quic_ports)[:16]
     if sorted(set(forced) - set(ports)):
         raise Unstreamable("QUIC on a port to read again")
-    staged = StagedCapture(name, fmt, version, source.secrets(path, fmt, keylog), str(keylog) if keylog else None,
-                           source.secrets_fingerprint(path, keylog) if keylog else None, ports, frames, warnings)
+    staged = StagedCapture.read(path, fmt, version, keylog, ports, frames, warnings)
     if not run.quic_packets:
         raise QuicackError(f"no QUIC packets found: {frames} frames, {run.udp} UDP datagrams, none dissected as "
                            "QUIC (QUIC on an unusual port? try --quic-port PORT)", name)
@@ -176,7 +171,6 @@ class _Run:
 
     def batch(self, dgram: pa.Table, tp: pa.Table, pkt: pa.Table, frame: pa.Table) -> None:
         """Make one batch's rows, those of connections whose sender is not known yet held back."""
-        con = self.con
         self.quic_packets += pkt.num_rows
         # (read by name by the statements below; not registered: in a transaction a registered
         # table would be kept until the commit)

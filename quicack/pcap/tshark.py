@@ -40,7 +40,7 @@ from pathlib import Path
 
 from quicack.model import QuicackError
 from quicack.pcap.fields import ALL_FIELDS, PACKET_FIELDS, column
-from quicack.pcap.source import find_keylog
+from quicack.pcap.source import keylog_for
 
 #: Environment variable naming the tshark binary (default: ``tshark`` on PATH).
 TSHARK_ENV = "QUICACK_TSHARK"
@@ -180,10 +180,7 @@ def resolve(path: Path, keylog: Path | str | None = None,
     """(tshark binary, key log, ports decoded as QUIC) for dissecting ``path``; QuicackError if
     tshark is missing or a key log given does not exist."""
     binary = tshark_binary()
-    if keylog is not None and not Path(keylog).is_file():
-        raise QuicackError("no such key log file", str(keylog))
-    keylog = Path(keylog) if keylog is not None else find_keylog(path)
-    return binary, keylog, sorted(set(quic_ports))
+    return binary, keylog_for(path, keylog), sorted(set(quic_ports))
 
 
 class Dissection:
